@@ -1,0 +1,190 @@
+"""The recurrent memory rollout: (question, long document) -> independent conversations.
+
+Each chunk is read in a fresh conversation that rewrites the memory; a last conversation answers from
+the question and the final memory alone. All conversations active at a turn go to the backend in one
+call, so a batch whose longest document has K chunks costs exactly K + 1 backend calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .backends import FinishReason, GenerationBackend
+from .chunking import Truncation, chunk_document, tokenize_document
+from .templates import FinalPrompt, PromptBuilder
+
+
+@dataclass
+class MemoryAgentConfig:
+    """Sizes of the fixed context window and how documents are cut (paper: 5000 / 1024 / 1024)."""
+
+    chunk_tokens: int = field(default=5000, metadata={"help": "Document tokens read per memory-update turn."})
+    memory_tokens: int = field(
+        default=1024, metadata={"help": "Maximum new tokens of a memory update; bounds the memory by construction."}
+    )
+    answer_tokens: int = field(default=1024, metadata={"help": "Maximum new tokens of the final answer."})
+    question_max_tokens: int = field(
+        default=1024, metadata={"help": "Longest question accepted, in tokens; longer ones raise a ValueError."}
+    )
+    max_chunks: int | None = field(
+        default=None, metadata={"help": "Most chunks read per document (None: no limit, the paper's evaluation)."}
+    )
+    truncation: Truncation = field(
+        default="center",
+        metadata={
+            "help": "What to do with documents longer than max_chunks * chunk_tokens: 'center' keeps the head and "
+            "tail (the reference training), 'error' raises.",
+            "choices": ["center", "error"],
+        },
+    )
+    final_prompt: FinalPrompt = field(
+        default="boxed",
+        metadata={
+            "help": "Final-answer template: 'boxed' (training, quickstart) or 'plain' ('Therefore, the answer is').",
+            "choices": ["boxed", "plain"],
+        },
+    )
+
+    def __post_init__(self):
+        for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_max_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_chunks is not None and self.max_chunks <= 0:
+            raise ValueError(f"max_chunks must be positive or None, got {self.max_chunks}")
+        if self.truncation not in ("center", "error"):
+            raise ValueError(f"truncation must be 'center' or 'error', got {self.truncation!r}")
+        if self.final_prompt not in ("boxed", "plain"):
+            raise ValueError(f"final_prompt must be 'boxed' or 'plain', got {self.final_prompt!r}")
+
+
+@dataclass
+class Conversation:
+    """One independent model call: a memory update (`chunk_index` = k) or the final answer."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float] | None
+    kind: Literal["memory", "final"]
+    chunk_index: int | None
+    finish_reason: FinishReason
+
+
+@dataclass
+class Trajectory:
+    """Everything one (question, document) rollout produced, in order; the memory trace is readable."""
+
+    question: str
+    conversations: list[Conversation]
+    memories: list[str]
+    answer: str
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.conversations) - 1
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(len(c.prompt_ids) for c in self.conversations)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return sum(len(c.completion_ids) for c in self.conversations)
+
+
+class MemoryAgent:
+    """Reads documents of any length chunk by chunk with a fixed-size memory, through any backend."""
+
+    def __init__(self, backend: GenerationBackend, tokenizer, config: MemoryAgentConfig | None = None):
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.config = config or MemoryAgentConfig()
+        self.prompts = PromptBuilder(tokenizer, self.config.final_prompt)
+
+    def run(
+        self,
+        questions: Sequence[str],
+        documents: Sequence[str | Iterable[str]],
+        progress: bool = False,
+    ) -> list[Trajectory]:
+        """One trajectory per (question, document), in input order.
+
+        A document may be a string or an iterable of text blocks (e.g. `chunking.stream_text_file`).
+        Equal document strings (the G rollouts of one question) are tokenized once.
+        """
+        if len(questions) != len(documents):
+            raise ValueError(f"got {len(questions)} questions but {len(documents)} documents")
+        question_ids = [self._tokenize_question(i, q) for i, q in enumerate(questions)]
+        cache: dict[str, list[np.ndarray]] = {}
+        chunks = []
+        for index, document in enumerate(documents):
+            if isinstance(document, str):
+                if document not in cache:
+                    cache[document] = self._chunk(tokenize_document(self.tokenizer, document))
+                chunks.append(cache[document])
+            elif isinstance(document, Iterable) and not isinstance(document, bytes | bytearray):
+                chunks.append(self._chunk(tokenize_document(self.tokenizer, document)))
+            else:
+                raise TypeError(
+                    f"documents[{index}] must be a string or an iterable of strings, got {type(document).__name__}"
+                )
+        return self.run_tokenized(list(questions), question_ids, chunks, progress=progress)
+
+    def run_tokenized(
+        self,
+        questions: list[str],
+        question_ids: list[list[int]],
+        chunks: list[list[np.ndarray]],
+        progress: bool = False,
+    ) -> list[Trajectory]:
+        """The rollout proper, on already tokenized questions and chunked documents."""
+        decode = self.tokenizer.decode
+        memories = [list(self.prompts.initial_memory_ids) for _ in questions]
+        trajectories = [Trajectory(question=q, conversations=[], memories=[], answer="") for q in questions]
+        num_turns = max((len(c) for c in chunks), default=0)
+        bar = tqdm(total=num_turns + 1, desc="memory agent", unit="turn", disable=not progress)
+        for k in range(num_turns):
+            active = [i for i, doc_chunks in enumerate(chunks) if k < len(doc_chunks)]
+            prompt_ids = [
+                self.prompts.memory_prompt(question_ids[i], memories[i], chunks[i][k].tolist()) for i in active
+            ]
+            generations = self.backend.generate(prompt_ids, self.config.memory_tokens)
+            for i, prompt, generation in zip(active, prompt_ids, generations, strict=True):
+                trajectories[i].conversations.append(
+                    Conversation(
+                        prompt, generation.completion_ids, generation.logprobs, "memory", k, generation.finish_reason
+                    )
+                )
+                memories[i] = self.prompts.memory_from_completion(generation.completion_ids)
+                trajectories[i].memories.append(decode(memories[i], skip_special_tokens=True))
+            bar.update(1)
+        prompt_ids = [self.prompts.final_prompt_ids(q, m) for q, m in zip(question_ids, memories)]
+        generations = self.backend.generate(prompt_ids, self.config.answer_tokens) if prompt_ids else []
+        for trajectory, prompt, generation in zip(trajectories, prompt_ids, generations, strict=True):
+            trajectory.conversations.append(
+                Conversation(
+                    prompt, generation.completion_ids, generation.logprobs, "final", None, generation.finish_reason
+                )
+            )
+            trajectory.answer = decode(generation.completion_ids, skip_special_tokens=True)
+        bar.update(1)
+        bar.close()
+        return trajectories
+
+    def _tokenize_question(self, index: int, question: str) -> list[int]:
+        if not isinstance(question, str):
+            raise TypeError(f"questions[{index}] must be a string, got {type(question).__name__}")
+        ids = self.tokenizer.encode(question, add_special_tokens=False)
+        if len(ids) > self.config.question_max_tokens:
+            raise ValueError(
+                f"questions[{index}] has {len(ids)} tokens, more than question_max_tokens="
+                f"{self.config.question_max_tokens}"
+            )
+        return ids
+
+    def _chunk(self, ids: np.ndarray) -> list[np.ndarray]:
+        return chunk_document(ids, self.config.chunk_tokens, self.config.max_chunks, self.config.truncation)
