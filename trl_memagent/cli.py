@@ -73,7 +73,8 @@ def memory_config(args: argparse.Namespace):
     )
 
 
-def print_trajectory(trajectory, show_memory: bool, file=sys.stdout) -> None:
+def print_trajectory(trajectory, show_memory: bool, file=None) -> None:
+    file = file or sys.stdout
     if show_memory:
         for k, memory in enumerate(trajectory.memories):
             print(f"--- memory after chunk {k + 1}/{len(trajectory.memories)} ---\n{memory}", file=file)

@@ -96,3 +96,9 @@ def save_tiny_model(path: str, hidden_size: int = 64, num_layers: int = 2, seed:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(save_tiny_model(sys.argv[1] if len(sys.argv) > 1 else "tiny-memagent"))
