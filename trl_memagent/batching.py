@@ -57,8 +57,8 @@ def plan_micro_batches(
     """Assign rows to `num_steps * micro_batches_per_step` micro-batches of exactly `batch_rows` rows.
 
     `lengths[i]` is (prompt tokens, completion tokens) of row i. Rows are shuffled and dealt to the
-    optimizer steps evenly; inside a step they are sorted by total length (longest first) when
-    `group_by_length`, then cut into consecutive micro-batches. Each micro-batch is filled up to
+    optimizer steps evenly; inside a step they are ordered by `group_rows` when `group_by_length`, then
+    cut into consecutive micro-batches. Each micro-batch is filled up to
     `batch_rows` with copies of its shortest row (or of the process's shortest row when it got none), so
     fillers never widen a batch.
     """
@@ -74,16 +74,50 @@ def plan_micro_batches(
     batches = []
     for step_rows in split_evenly(order, num_steps):
         if group_by_length:
-            step_rows = sorted(step_rows, key=lambda i: -total[i])  # stable: ties keep the random order
+            step_rows = group_rows(step_rows, lengths, batch_rows, micro_batches_per_step)
         for start in range(0, micro_batches_per_step * batch_rows, batch_rows):
             rows = step_rows[start : start + batch_rows]
             filler = min(rows, key=lambda i: total[i]) if rows else shortest
-            batches.append(
-                MicroBatch(
-                    rows + [filler] * (batch_rows - len(rows)), [False] * len(rows) + [True] * (batch_rows - len(rows))
-                )
-            )
+            fill = batch_rows - len(rows)
+            batches.append(MicroBatch(rows + [filler] * fill, [False] * len(rows) + [True] * fill))
     return batches
+
+
+def chunked_cost(order: Sequence[int], lengths: Sequence[tuple[int, int]], batch_rows: int) -> int:
+    """Tensor cells of consecutive micro-batches of `batch_rows` rows: rows x (widest prompt + widest completion)."""
+    cost = 0
+    for start in range(0, len(order), batch_rows):
+        chunk = order[start : start + batch_rows]
+        cost += batch_rows * (max(lengths[i][0] for i in chunk) + max(lengths[i][1] for i in chunk))
+    return cost
+
+
+def group_rows(
+    rows: Sequence[int], lengths: Sequence[tuple[int, int]], batch_rows: int, num_batches: int
+) -> list[int]:
+    """An order of `rows` whose consecutive micro-batches need little padding.
+
+    A micro-batch is as wide as its longest prompt plus its longest completion, a two-dimensional
+    criterion, so a few orders are tried and the cheapest kept: by total length, by prompt then
+    completion, by completion then prompt, and "strips" (sorted by prompt, cut into groups of whole
+    micro-batches, each sorted by completion). Sorts are stable, so ties keep the caller's random order.
+    """
+    prompt = {i: lengths[i][0] for i in rows}
+    completion = {i: lengths[i][1] for i in rows}
+    candidates = [
+        sorted(rows, key=lambda i: -(prompt[i] + completion[i])),
+        sorted(rows, key=lambda i: (-prompt[i], -completion[i])),
+        sorted(rows, key=lambda i: (-completion[i], -prompt[i])),
+    ]
+    by_prompt = candidates[1]
+    used = math.ceil(len(rows) / batch_rows)
+    for strips in range(2, min(used, num_batches) + 1):
+        order = []
+        for batch_ids in split_evenly(list(range(used)), strips):
+            strip = by_prompt[batch_ids[0] * batch_rows : (batch_ids[-1] + 1) * batch_rows] if batch_ids else []
+            order += sorted(strip, key=lambda i: -completion[i])
+        candidates.append(order)
+    return min(candidates, key=lambda order: chunked_cost(order, lengths, batch_rows))
 
 
 def padding_fraction(batches: Sequence[MicroBatch], lengths: Sequence[tuple[int, int]]) -> float:

@@ -118,6 +118,15 @@ class MultiConvGRPOConfig(GRPOConfig):
         default=3.0,
         metadata={"help": "Cap on the probability ratio; for negative advantages this is dual-clip (the paper: 3)."},
     )
+    vllm_importance_sampling_mode: str = field(
+        default="token_truncate",
+        metadata={
+            "help": "Correction of the vLLM/trainer mismatch, per token: 'token_truncate' (clamp the ratio to "
+            "[vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max]) or 'token_mask' (zero tokens "
+            "outside). Sequence modes would act per conversation, not per rollout.",
+            "choices": ["token_truncate", "token_mask"],
+        },
+    )
     use_bias_correction_kl: bool = field(
         default=False,
         metadata={"help": "Multiply the KL term by the importance ratio (TRL's option); the paper does not."},

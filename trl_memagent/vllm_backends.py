@@ -28,15 +28,18 @@ class _TurnAligned:
             )
         self.local_memory_turns = local_memory_turns
         self.global_memory_turns = global_memory_turns
-        self.calls = 0
+        self.calls = 0  # generate() calls of the local rollout
+        self.rounds = 0  # collective rounds taken part in, empty ones included
 
     def generate(self, prompt_ids: list[list[int]], max_tokens: int) -> list[Generation]:
         if self.calls == self.local_memory_turns:  # the final turn: catch up with the other processes first
             for _ in range(self.global_memory_turns - self.local_memory_turns):
+                self.rounds += 1
                 self._round([], max_tokens)
         if self.calls > self.local_memory_turns:
             raise RuntimeError(f"backend called {self.calls + 1} times, expected {self.local_memory_turns + 1} turns")
         self.calls += 1
+        self.rounds += 1
         return self._round(prompt_ids, max_tokens)
 
     def _round(self, prompt_ids: list[list[int]], max_tokens: int) -> list[Generation]:
