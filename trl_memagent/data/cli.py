@@ -97,7 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    hqa = commands.add_parser("ruler-hqa", help="HotpotQA questions in contexts of N documents (the paper's ladder).")
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help_text, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+    hqa = add("ruler-hqa", "HotpotQA questions in contexts of N documents (the paper's ladder).")
     hqa.add_argument("--source", required=True, help="HotpotQA distractor JSON/JSONL/Parquet file, or a Hub name.")
     hqa.add_argument("--split", default="validation", help="Hub split (Hub sources only).")
     hqa.add_argument("--config", default="distractor", help="Hub configuration (Hub sources only).")
@@ -121,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hqa.set_defaults(run=_ruler_hqa)
 
-    ruler = commands.add_parser("ruler", help="Synthetic RULER tasks fitted to token lengths (offline).")
+    ruler = add("ruler", "Synthetic RULER tasks fitted to token lengths (offline).")
     ruler.add_argument("--tokenizer", required=True, help="Tokenizer directory or Hub id ('tiny': built-in).")
     ruler.add_argument("--out-dir", required=True, help="Output directory: {task}_{length}.{format}.")
     ruler.add_argument("--tasks", nargs="+", default=list(OFFLINE_TASKS), choices=list(RULER_TASKS), help="Tasks.")
@@ -135,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     ruler.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl", help="Output file format.")
     ruler.set_defaults(run=_ruler)
 
-    filt = commands.add_parser("filter", help="Drop questions a model answers without the document (resumable).")
+    filt = add("filter", "Drop questions a model answers without the document (resumable).")
     add_backend_arguments(filt)
     filt.set_defaults(temperature=1.0, top_p=0.7)  # the paper's filter sampling
     filt.add_argument("--input", required=True, help="Custom-format or RULER-HQA file (.parquet/.jsonl/.json).")
@@ -147,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     filt.add_argument("--max-kept", type=int, help="Keep at most this many rows (the first ones kept).")
     filt.set_defaults(run=_filter)
 
-    val = commands.add_parser("validate", help="Check a dataset against the custom format.")
+    val = add("validate", "Check a dataset against the custom format.")
     val.add_argument("file", help="Parquet/JSONL/JSON file or Hub dataset name.")
     val.add_argument("--split", default="train", help="Split (Hub datasets).")
     val.add_argument("--name", help="Configuration (Hub datasets).")
