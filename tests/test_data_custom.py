@@ -136,3 +136,26 @@ def test_cli_validate(files, tmp_path, capsys):
     bad.write_text(json.dumps({"prompt": "q", "context": 5, "answers": ["a"]}) + "\n")
     assert main(["validate", str(bad)]) == 1
     assert "row 0, column 'context'" in capsys.readouterr().err
+
+
+def test_dataset_errors_are_found_on_arrow_columns_with_the_right_row():
+    """Datasets are checked without building document strings; row numbers follow select/shuffle."""
+    good = {"prompt": "q?", "context": "text", "answers": ["a"]}
+    rows = [good, good, {"prompt": "q?", "context": None, "answers": ["a"]}, good]
+    dataset = datasets.Dataset.from_list(rows)
+    with pytest.raises(
+        DataValidationError, match="ds: row 2, column 'context': the document must be a string, got None"
+    ):
+        validate_dataset(dataset, source="ds")
+    with pytest.raises(DataValidationError, match="ds: row 0, column 'context'"):
+        validate_dataset(dataset.select([2, 0, 1]), source="ds")
+    validate_dataset(dataset.select([0, 1, 3]), source="ds")
+    numbers = datasets.Dataset.from_dict({"prompt": ["q?"] * 2, "context": [1, 2], "answers": [["a"]] * 2})
+    with pytest.raises(DataValidationError, match="row 0, column 'context': the document must be a string, got int"):
+        validate_dataset(numbers, source="ds")
+    no_answers = datasets.Dataset.from_dict({"prompt": ["q?"], "context": ["c"]})
+    with pytest.raises(DataValidationError, match=r"row 0, column 'answers': missing column \(the row has: context"):
+        validate_dataset(no_answers, source="ds")
+    empty_question = datasets.Dataset.from_list([good, {"prompt": "", "context": None, "answers": []}])
+    with pytest.raises(DataValidationError, match="row 1, column 'prompt': empty question"):
+        validate_dataset(empty_question, source="ds")

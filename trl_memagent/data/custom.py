@@ -7,10 +7,11 @@ first bad one with its row index and column; nothing is ever dropped silently.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 REQUIRED_COLUMNS = ("prompt", "context", "answers")
+_ARROW_BATCH_ROWS = 1024
 
 
 class DataValidationError(ValueError):
@@ -64,6 +65,29 @@ def _row_error(row: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def _light_rows(dataset) -> Iterator[dict]:
+    """Rows of a plain `datasets.Dataset` whose valid documents are replaced by "".
+
+    Documents are checked on their Arrow column, so a training set holding gigabytes of text is validated
+    without building a Python string per document; only invalid cells (nulls) are converted.
+    """
+    import pyarrow as pa
+
+    missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
+    if missing:
+        yield dict.fromkeys(dataset.column_names)  # row 0 reports the missing column
+        return
+    rows = iter(dataset.select_columns(["prompt", "answers"]))
+    for table in dataset.select_columns(["context"]).with_format("arrow").iter(batch_size=_ARROW_BATCH_ROWS):
+        column = table.column("context")
+        is_text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        nulls = column.is_null().to_pylist()
+        for k in range(len(table)):
+            row = next(rows)
+            row["context"] = "" if is_text and not nulls[k] else column[k].as_py()
+            yield row
+
+
 def validate_dataset(ds_or_rows: Iterable[Mapping[str, Any]], source: str = "dataset"):
     """Check every row of a dataset (a `datasets.Dataset` or any iterable of dicts) against the custom format.
 
@@ -71,8 +95,13 @@ def validate_dataset(ds_or_rows: Iterable[Mapping[str, Any]], source: str = "dat
     missing column, an empty question, a non-string document, or answers that are not a non-empty list of
     non-empty strings. Returns its input unchanged so calls can be chained.
     """
+    import datasets
+
+    rows = ds_or_rows
+    if isinstance(ds_or_rows, datasets.Dataset) and ds_or_rows.format["type"] is None:
+        rows = _light_rows(ds_or_rows)
     count = 0
-    for index, row in enumerate(ds_or_rows):
+    for index, row in enumerate(rows):
         problem = _row_error(row)
         if problem is not None:
             column, message = problem
