@@ -112,10 +112,11 @@ def test_every_sample_has_n_numbered_documents_with_its_gold(builds, hotpot_rows
 
 
 def test_reference_placement_fixes_gold_positions_random_varies(builds):
-    reference = [tuple(r["gold_docs"]) for r in load_ruler_hqa(builds["reference"][1])]
-    random_ = [tuple(r["gold_docs"]) for r in load_ruler_hqa(builds["random"][1])]
-    assert len(set(reference)) == 1, reference
-    assert len(set(random_)) > NUM_QUESTIONS // 2, random_
+    for reference_path, random_path in zip(builds["reference"], builds["random"]):
+        reference = [tuple(r["gold_docs"]) for r in load_ruler_hqa(reference_path)]
+        random_ = [tuple(r["gold_docs"]) for r in load_ruler_hqa(random_path)]
+        assert len(set(reference)) == 1, reference
+        assert len(set(random_)) > NUM_QUESTIONS // 2, random_
     # The distractors differ from question to question in both modes.
     contexts = [_documents(r["context"])[1] for r in load_ruler_hqa(builds["reference"][1])]
     assert len({tuple(sorted(c)) for c in contexts}) == NUM_QUESTIONS
