@@ -76,23 +76,34 @@ def plot_accuracy(
         raise MissingMatplotlib(
             "plotting needs matplotlib: pip install 'trl_memagent[plots]' (or pip install matplotlib)"
         ) from error
-    figure, axes = plt.subplots(figsize=(8, 5))
+    figure, axes = plt.subplots(figsize=(8, 6))
     for model, points in paper_curves(paper_models).items():
         xs, ys = zip(*points)
         axes.plot(xs, ys, linestyle="--", marker=".", linewidth=1.2, alpha=0.6, label=f"paper RULER-HQA: {model}")
-    for summary in summaries:
+    # Runs often coincide (e.g. all at 0%): shrinking markers of different shapes keep every curve visible.
+    markers = "osD^v<>p*h"
+    for index, summary in enumerate(summaries):
         points = summary_curve(summary)
         if not points:
             continue
         xs, ys = zip(*points)
-        axes.plot(xs, ys, linestyle="-", marker="o", linewidth=2.2, label=run_label(summary) or "run")
+        size = max(11 - 2.5 * index, 4)
+        axes.plot(
+            xs,
+            ys,
+            linestyle="-",
+            marker=markers[index % len(markers)],
+            markersize=size,
+            linewidth=max(3.0 - 0.6 * index, 1.2),
+            label=run_label(summary) or "run",
+        )
     axes.set_xscale("log")
     axes.set_ylim(-2, 102)
     axes.set_xlabel("document length (tokens, log scale)")
     axes.set_ylabel("accuracy (%)")
     axes.set_title(title)
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=8, loc="best")
+    axes.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
