@@ -27,16 +27,11 @@ TIMING_KEYS = {"seconds", "latency_seconds"}
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """One torch thread here and in the processes started: a tiny model gains nothing from more, and on a
-    shared 2-core machine threads that wait for each other make it ten times slower."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    """One torch thread in the processes these tests start too (conftest sets it for this one): a tiny model
+    gains nothing from more, and on a busy 2-core machine threads waiting for each other make it 10x slower."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OMP_NUM_THREADS", "1")
         yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
