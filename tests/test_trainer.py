@@ -9,6 +9,7 @@ import pytest
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from trl import ModelConfig, ScriptArguments, TrlParser
 
 from trl_memagent.config import MultiConvGRPOConfig
 from trl_memagent.tiny import filler_text
@@ -264,6 +265,14 @@ def test_config_rejects_options_that_break_with_several_rows_per_rollout(tmp_pat
         MultiConvGRPOConfig(
             **base, per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=3
         )
+    # The CLI parses the config with TrlParser; a rejected option fails there with the same reason.
+    parser = TrlParser((ScriptArguments, MultiConvGRPOConfig, ModelConfig))
+    _, parsed, _ = parser.parse_args_and_config(
+        ["--output_dir", str(tmp_path), "--use_cpu", "--chunk_tokens", "64", "--conversation_weighting", "trajectory"]
+    )
+    assert (parsed.chunk_tokens, parsed.conversation_weighting) == (64, "trajectory")
+    with pytest.raises(ValueError, match="every conversation"):
+        parser.parse_args_and_config(["--output_dir", str(tmp_path), "--use_cpu", "--loss_type", "grpo"])
     config = MultiConvGRPOConfig(**base)
     assert (config.loss_type, config.scale_rewards, config.beta, config.epsilon, config.delta) == (
         "dapo",
@@ -278,14 +287,22 @@ def test_missing_or_empty_columns_are_named(tiny_model_dir, tmp_path):
     good = make_dataset()
     with pytest.raises(ValueError, match="'context'"):
         make_trainer(tiny_model_dir, tmp_path, dataset=good.remove_columns("context"))
-    with pytest.raises(ValueError, match="column 'context' is empty at row 1"):
+    with pytest.raises(ValueError, match="column 'prompt' is empty at row 1"):
         make_trainer(
-            tiny_model_dir,
-            tmp_path,
-            dataset=good.map(lambda x, i: {"context": x["context"] if i == 0 else ""}, with_indices=True),
+            tiny_model_dir, tmp_path, dataset=good.map(lambda x, i: {"prompt": "" if i else "q"}, with_indices=True)
         )
+    with pytest.raises(ValueError, match="column 'context' is empty at row 0"):
+        make_trainer(tiny_model_dir, tmp_path, dataset=Dataset.from_dict({"prompt": ["q"], "context": [None]}))
+    with pytest.raises(ValueError, match="column 'context' is empty"):
+        make_trainer(tiny_model_dir, tmp_path, dataset=good.map(lambda x: {"context": ""}))
     with pytest.raises(ValueError, match="'document'"):
         make_trainer(tiny_model_dir, tmp_path, dataset=good, context_column="document")
+    # One empty document is fine: that rollout is a single final-answer conversation from the initial memory.
+    trainer, _ = make_trainer(
+        tiny_model_dir, tmp_path, dataset=good.map(lambda x, i: {"context": x["context"] * i}, with_indices=True)
+    )
+    trainer.train()
+    assert sorted({len(t.conversations) for t in trainer.recorded[0]})[0] == 1
 
 
 def test_full_finetuning_trains_saves_and_resumes(tiny_model_dir, tmp_path):

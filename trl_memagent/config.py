@@ -110,8 +110,7 @@ class MultiConvGRPOConfig(GRPOConfig):
         default="dapo",
         metadata={
             "help": "Token-level losses only: 'dapo' (the paper) or 'cispo'. Losses that average per row do not "
-            "fit rollouts spread over several rows.",
-            "choices": ["dapo", "cispo"],
+            "fit rollouts spread over several rows (rejected with the reason)."
         },
     )
     delta: float | None = field(
@@ -123,8 +122,7 @@ class MultiConvGRPOConfig(GRPOConfig):
         metadata={
             "help": "Correction of the vLLM/trainer mismatch, per token: 'token_truncate' (clamp the ratio to "
             "[vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max]) or 'token_mask' (zero tokens "
-            "outside). Sequence modes would act per conversation, not per rollout.",
-            "choices": ["token_truncate", "token_mask"],
+            "outside). Sequence modes would act per conversation, not per rollout (rejected)."
         },
     )
     use_bias_correction_kl: bool = field(

@@ -85,35 +85,43 @@ def question_text(prompt, row: int) -> str:
     )
 
 
-def check_dataset_columns(dataset, name: str, columns: list[str]) -> None:
-    """Fail early, naming the column, when a required column is missing or holds empty values."""
+def _empty_values(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Per row: null, or an empty string or list."""
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        return pc.or_kleene(pc.is_null(values), pc.equal(pc.utf8_length(values), 0))
+    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+        return pc.or_kleene(pc.is_null(values), pc.equal(pc.list_value_length(values), 0))
+    return pc.is_null(values)
+
+
+def check_dataset_columns(dataset, name: str, question_column: str, context_column: str) -> None:
+    """Fail early, naming the column, when the question or document column is missing or empty.
+
+    Every question must be non-empty. A single empty document is allowed (the agent then answers from its
+    initial memory) but not a missing one (null), nor a column where every document is empty.
+    """
     if dataset is None:
         return
     if isinstance(dataset, dict):
         for key, split in dataset.items():
-            check_dataset_columns(split, f"{name}[{key!r}]", columns)
+            check_dataset_columns(split, f"{name}[{key!r}]", question_column, context_column)
         return
     available = dataset.column_names
     if available is None:  # an IterableDataset with unknown features: checked row by row at rollout time
         return
-    for column in columns:
+    for column in (question_column, context_column):
         if column not in available:
             raise ValueError(f"{name} has no column {column!r} (columns: {available}).")
     if not isinstance(dataset, Dataset):
         return
     if len(dataset) == 0:
         raise ValueError(f"{name} is empty.")
-    for column in columns:
-        values = dataset.data.column(column)
-        if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-            empty = pc.or_kleene(pc.is_null(values), pc.equal(pc.utf8_length(values), 0))
-        elif pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
-            empty = pc.or_kleene(pc.is_null(values), pc.equal(pc.list_value_length(values), 0))
-        else:
-            empty = pc.is_null(values)
-        if pc.any(empty).as_py():
-            row = pc.index(empty, True).as_py()
-            raise ValueError(f"{name}: column {column!r} is empty at row {row}.")
+    questions, documents = dataset.data.column(question_column), dataset.data.column(context_column)
+    for column, bad in ((question_column, _empty_values(questions)), (context_column, pc.is_null(documents))):
+        if pc.any(bad).as_py():
+            raise ValueError(f"{name}: column {column!r} is empty at row {pc.index(bad, True).as_py()}.")
+    if pc.all(_empty_values(documents)).as_py():
+        raise ValueError(f"{name}: column {context_column!r} is empty (no row has a document).")
 
 
 class MultiConvGRPOTrainer(GRPOTrainer):
@@ -164,9 +172,8 @@ class MultiConvGRPOTrainer(GRPOTrainer):
             raise TypeError(f"args must be a MultiConvGRPOConfig, got {type(args).__name__}")
         if train_dataset is None:
             raise ValueError("train_dataset is required: it holds the questions and their documents.")
-        columns = ["prompt", args.context_column]
-        check_dataset_columns(train_dataset, "train_dataset", columns)
-        check_dataset_columns(eval_dataset, "eval_dataset", columns)
+        check_dataset_columns(train_dataset, "train_dataset", "prompt", args.context_column)
+        check_dataset_columns(eval_dataset, "eval_dataset", "prompt", args.context_column)
         super().__init__(
             model,
             reward_funcs=[memagent_reward] if reward_funcs is None else reward_funcs,
@@ -181,6 +188,19 @@ class MultiConvGRPOTrainer(GRPOTrainer):
             peft_config=peft_config,
         )
         self.memory_config = args.memory_agent_config()
+        sharded_forward = self.is_fsdp_enabled or (
+            self.is_deepspeed_enabled
+            and self.accelerator.state.deepspeed_plugin.zero_stage == 3
+            and not args.ds3_gather_for_generation
+        )
+        if sharded_forward and not self.use_vllm:
+            # Processes read documents of different lengths, so they make different numbers of `generate` calls;
+            # with sharded parameters every forward is a collective and that would hang.
+            raise ValueError(
+                "Generating with transformers under FSDP or DeepSpeed ZeRO-3 without ds3_gather_for_generation is "
+                "not supported: processes run different numbers of memory turns. Use use_vllm=True, or ZeRO-3 with "
+                "ds3_gather_for_generation=True."
+            )
 
     # ------------------------------------------------------------------------------------------------
     # Batching: one generation per `steps_per_generation * num_iterations` micro-steps, served pre-split.
@@ -214,16 +234,16 @@ class MultiConvGRPOTrainer(GRPOTrainer):
         chunks = []
         for i, x in enumerate(inputs):
             document = x.get(column)
-            if not isinstance(document, str) or not document:
+            if not isinstance(document, str):
                 raise ValueError(
-                    f"row {i}: column {column!r} must hold a non-empty document string, got {document!r:.80}"
+                    f"row {i}: column {column!r} must hold the document as a string, got {document!r:.80}"
                 )
             if document not in cache:
                 cfg = self.memory_config
                 ids = tokenize_document(self._tokenizer, document)
                 cache[document] = chunk_document(ids, cfg.chunk_tokens, cfg.max_chunks, cfg.truncation)
             chunks.append(cache[document])
-        local_turns = max(len(c) for c in chunks)
+        local_turns = max(len(c) for c in chunks)  # 0 when every document is empty: only the final turn
         global_turns = int(self.accelerator.gather(torch.tensor([local_turns], device=self.accelerator.device)).max())
         with self._generation_backend(mode, local_turns, global_turns) as backend:
             agent = MemoryAgent(backend, self._tokenizer, self.memory_config)
