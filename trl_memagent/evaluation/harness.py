@@ -20,7 +20,7 @@ import time
 import zlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from tqdm.auto import tqdm
@@ -406,9 +406,9 @@ def evaluate(
     """Evaluate `backend` on `data` (see `load_eval_items`), writing results, summary, cost and plot to `output_dir`.
 
     Resumable: finished samples in `output_dir/results.jsonl` are skipped, failed ones retried. Fields of
-    `EvalConfig` may be given as keywords, e.g. `evaluate(..., mode="baseline", baseline_window=8192)`.
+    `EvalConfig` may be given as keywords (overriding `config`), e.g. `evaluate(..., mode="baseline")`.
     """
-    config = config or EvalConfig(**overrides)
+    config = replace(config, **overrides) if config else EvalConfig(**overrides)
     agent_config = agent_config or MemoryAgentConfig()
     items = load_eval_items(data, config.max_samples)
     os.makedirs(output_dir, exist_ok=True)
