@@ -231,13 +231,14 @@ def test_cost_report_projects_per_chunk_cost_to_3_5m_tokens():
     per_chunk = report["per_chunk"]
     assert per_chunk["prompt_overhead_tokens"] == 50.0
     assert per_chunk["memory_tokens_generated"] == 8.0
-    assert per_chunk["seconds_per_turn"] == pytest.approx(3.0 / 6)  # 3 s over 4 memory + 2 final turns
     assert per_chunk["latency_per_turn"] == pytest.approx((2.0 / 4 + 1.0 / 2) / 2)
+    assert per_chunk["wall_seconds_per_turn"] == pytest.approx(3.5 / 4)  # this run finished only "a": 4 turns
     projection = report["projection"]
     assert projection["chunks"] == 35000 and projection["requests_per_question"] == 35001
     assert projection["tokens_read_per_question"] == 3_500_000 + 35000 * 50 + 60
     assert projection["tokens_generated_per_question"] == 35000 * 8 + 4
-    assert projection["seconds_per_question"] == pytest.approx(35001 * 0.5)
+    assert projection["latency_per_question"] == pytest.approx(35001 * 0.5)
+    assert projection["wall_seconds_per_question"] == pytest.approx(35001 * 3.5 / 4)
     baseline = cost_report(records, 3.5, set(), chunk_tokens=None, mode="baseline")
     assert baseline["projection"] is None and baseline["totals"]["tokens_read"] == 670
 

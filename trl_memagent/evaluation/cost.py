@@ -30,8 +30,9 @@ def cost_report(
     """Totals over finished records, this invocation's wall time and counts, and the 3.5M-token projection.
 
     `chunk_tokens` is None for the baseline, which reads at most its window whatever the length, so it has no
-    projection. Seconds per sample are the wall time of its group divided by the group's size (throughput);
-    latency is the group's own wall time (what one question waits).
+    projection. Two times per turn: latency (a group's wall time over its turns: what one question waits per
+    chunk) and wall time (this invocation's wall time over the turns it finished: the throughput at this
+    run's concurrency; absent when this invocation finished nothing).
     """
     ok = [r for r in records if r.get("status") == OK]
     report = {
@@ -56,7 +57,8 @@ def cost_report(
     chunks = _sum(ok, "num_chunks")
     if chunk_tokens is None or not ok or not chunks:
         return report
-    turns = chunks + len(ok)
+    new = [r for r in ok if r["id"] in new_ids]
+    new_turns = _sum(new, "num_chunks") + len(new)
     # Template, question and memory tokens per memory turn: what a turn reads beyond its slice of document.
     overhead = (_sum(ok, "tokens", "memory_read") - _sum(ok, "doc_tokens")) / chunks
     per_chunk = {
@@ -64,8 +66,8 @@ def cost_report(
         "memory_tokens_generated": round(_sum(ok, "tokens", "memory_generated") / chunks, 2),
         "final_tokens_read": round(_sum(ok, "tokens", "final_read") / len(ok), 2),
         "final_tokens_generated": round(_sum(ok, "tokens", "final_generated") / len(ok), 2),
-        "seconds_per_turn": _sum(ok, "seconds") / turns,
         "latency_per_turn": sum(r["latency_seconds"] / (r["num_chunks"] + 1) for r in ok) / len(ok),
+        "wall_seconds_per_turn": wall_seconds / new_turns if new_turns else None,
     }
     num_chunks = math.ceil(PROJECTION_TOKENS / chunk_tokens)
     report["per_chunk"] = {k: round(v, 6) if isinstance(v, float) else v for k, v in per_chunk.items()}
@@ -78,8 +80,10 @@ def cost_report(
         "tokens_generated_per_question": round(
             num_chunks * per_chunk["memory_tokens_generated"] + per_chunk["final_tokens_generated"]
         ),
-        "seconds_per_question": round((num_chunks + 1) * per_chunk["seconds_per_turn"], 3),
         "latency_per_question": round((num_chunks + 1) * per_chunk["latency_per_turn"], 3),
+        "wall_seconds_per_question": (
+            round((num_chunks + 1) * per_chunk["wall_seconds_per_turn"], 3) if new_turns else None
+        ),
     }
     return report
 
@@ -99,7 +103,11 @@ def cost_text(report: dict) -> str:
             f"projected at {projection['document_tokens']:,} tokens ({projection['chunks']} chunks of "
             f"{projection['chunk_tokens']}): {projection['tokens_read_per_question']:,} tokens read, "
             f"{projection['tokens_generated_per_question']:,} generated, {projection['requests_per_question']} "
-            f"requests, {projection['latency_per_question']:.1f}s latency "
-            f"({projection['seconds_per_question']:.1f}s of throughput) per question"
+            f"requests, {projection['latency_per_question']:.1f}s latency per question"
+            + (
+                f" ({projection['wall_seconds_per_question']:.1f}s of wall time at this run's concurrency)"
+                if projection["wall_seconds_per_question"] is not None
+                else ""
+            )
         )
     return "\n".join(lines)
