@@ -6,7 +6,9 @@ Targets (issue "MultiConvGRPOTrainer"):
     like the paper's (chunks of 5000 tokens, memories <= 1024, 16 optimizer steps per generation batch);
 (b) time per loss token of a MultiConvGRPOTrainer step / that of a stock GRPOTrainer step on rows of the
     same lengths <= 1.2. Both trainers get their rows from a replay (no sampling), so the step times compare
-    scoring, reference/old logps, micro-batching, forward/backward and the optimizer step.
+    scoring, reference/old logps, micro-batching, forward/backward and the optimizer step. Measured on
+    realistic rows (where grouping and trimming save padded compute) and on rows of one uniform shape (where
+    padding is the same for both, isolating the overhead of the multi-conversation machinery).
 """
 
 from __future__ import annotations
@@ -96,31 +98,48 @@ def padding_benchmark(seed: int) -> dict:
 
 
 class StepTimer(TrainerCallback):
+    """CPU time of each optimizer step of this process (with one torch thread, wall time minus the waits
+    caused by other processes on a shared machine)."""
+
     def __init__(self):
         self.seconds, self._start = [], None
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
+        self._start = time.process_time()
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.seconds.append(time.perf_counter() - self._start)
+        self.seconds.append(time.process_time() - self._start)
 
 
 def reward(completion_ids, **kwargs):
     return [(sum(ids) % 5) / 4 for ids in completion_ids]
 
 
-def synthetic_trajectories(rollouts, chunks, chunk_tokens, memory_tokens, answer_tokens, vocab, rng):
-    """Rollouts with rows of realistic shape (random token ids): `chunks` memory rows then a final row each."""
+def synthetic_trajectories(rollouts, chunks, chunk_tokens, memory_tokens, answer_tokens, vocab, rng, uniform=False):
+    """Rollouts of random token ids: `chunks` memory rows then a final row each.
+
+    Realistic shapes by default (long chunk prompts, memories of varying length, short final prompts and
+    answers); with `uniform`, every row has the same prompt and completion length, so no padding differs
+    between the two trainers and only their overheads are compared.
+    """
+
+    def ids(length):
+        return [rng.randrange(3, vocab) for _ in range(length)]
+
     trajectories = []
     for r in range(rollouts):
         conversations = []
         for k in range(chunks):
-            prompt = [rng.randrange(3, vocab) for _ in range(chunk_tokens + 40 + rng.randint(0, memory_tokens))]
-            completion = [rng.randrange(3, vocab) for _ in range(rng.randint(memory_tokens // 4, memory_tokens))]
+            if uniform:
+                prompt, completion = ids(chunk_tokens + 40), ids(memory_tokens)
+            else:
+                prompt = ids(chunk_tokens + 40 + rng.randint(0, memory_tokens))
+                completion = ids(rng.randint(memory_tokens // 4, memory_tokens))
             conversations.append(Conversation(prompt, completion, None, "memory", k, "length"))
-        prompt = [rng.randrange(3, vocab) for _ in range(40 + rng.randint(0, memory_tokens))]
-        completion = [rng.randrange(3, vocab) for _ in range(rng.randint(2, answer_tokens))]
+        if uniform:
+            prompt, completion = ids(chunk_tokens + 40), ids(memory_tokens)
+        else:
+            prompt, completion = ids(40 + rng.randint(0, memory_tokens)), ids(rng.randint(2, answer_tokens))
         conversations.append(Conversation(prompt, completion, None, "final", None, "length"))
         trajectories.append(Trajectory(f"q{r // 4}", conversations, [], ""))
     return trajectories
@@ -157,7 +176,6 @@ def time_per_token(args, model_dir, tokenizer, trajectories, steps) -> dict:
         shuffle_dataset=False,
         disable_tqdm=True,
     )
-    timings = {}
     with tempfile.TemporaryDirectory() as out:
         # MultiConvGRPOTrainer: len(trajectories) rollouts per generation batch.
         ReplayMultiConv.replay = trajectories
@@ -175,10 +193,6 @@ def time_per_token(args, model_dir, tokenizer, trajectories, steps) -> dict:
         mc = ReplayMultiConv(
             model_dir, reward_funcs=reward, args=mc_args, train_dataset=questions_ds, processing_class=tokenizer
         )
-        timer = StepTimer()
-        mc.add_callback(timer)
-        mc.train()
-        timings["multiconv"] = timer.seconds[1:]
 
         # Stock GRPOTrainer: the same rows, one row per prompt, served by `rollout_func`.
         def rollout_func(prompts, trainer):
@@ -209,18 +223,24 @@ def time_per_token(args, model_dir, tokenizer, trajectories, steps) -> dict:
             processing_class=tokenizer,
             rollout_func=rollout_func,
         )
-        timer = StepTimer()
-        stock.add_callback(timer)
-        stock.train()
-        timings["stock"] = timer.seconds[1:]
+        # Alternate the runs (A B B A ...) so that load from other processes on the machine hits both alike.
+        timings = {"multiconv": [], "stock": []}
+        for repeat in range(args.repeats):
+            pair = [("multiconv", mc), ("stock", stock)]
+            for name, trainer in pair if repeat % 2 == 0 else pair[::-1]:
+                timer = StepTimer()
+                trainer.add_callback(timer)
+                trainer.train()
+                trainer.remove_callback(timer)
+                timings[name] += timer.seconds[1:]  # the first step of a run warms up
     out = {
         "rows": len(rows),
         "loss_tokens_per_step": loss_tokens,
-        "multiconv_step_s": statistics.median(timings["multiconv"]),
-        "stock_step_s": statistics.median(timings["stock"]),
+        "multiconv_step_cpu_s": statistics.median(timings["multiconv"]),
+        "stock_step_cpu_s": statistics.median(timings["stock"]),
     }
-    out["multiconv_s_per_loss_token"] = out["multiconv_step_s"] / loss_tokens
-    out["stock_s_per_loss_token"] = out["stock_step_s"] / loss_tokens
+    out["multiconv_s_per_loss_token"] = out["multiconv_step_cpu_s"] / loss_tokens
+    out["stock_s_per_loss_token"] = out["stock_step_cpu_s"] / loss_tokens
     out["ratio"] = out["multiconv_s_per_loss_token"] / out["stock_s_per_loss_token"]
     return out
 
@@ -229,7 +249,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default="benchmarks/results/train_step.json")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=3, help="training steps per trainer (the first is not timed)")
+    parser.add_argument("--steps", type=int, default=4, help="training steps per run (the first is not timed)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per trainer, alternating with the other")
     parser.add_argument("--rollouts", type=int, default=8)
     parser.add_argument("--chunks", type=int, default=3)
     parser.add_argument("--chunk-tokens", type=int, default=192)
@@ -258,19 +279,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as model_dir:
         build_tiny_model(tokenizer, hidden_size=args.hidden_size, num_layers=args.layers).save_pretrained(model_dir)
         tokenizer.save_pretrained(model_dir)
-        rng = random.Random(args.seed)
-        trajectories = synthetic_trajectories(
-            args.rollouts, args.chunks, args.chunk_tokens, args.memory_tokens, args.answer_tokens, len(tokenizer), rng
+        cost = {}
+        for shape in ("realistic", "uniform"):
+            rng = random.Random(args.seed)
+            trajectories = synthetic_trajectories(
+                args.rollouts,
+                args.chunks,
+                args.chunk_tokens,
+                args.memory_tokens,
+                args.answer_tokens,
+                len(tokenizer),
+                rng,
+                uniform=shape == "uniform",
+            )
+            cost[shape] = time_per_token(args, model_dir, tokenizer, trajectories, args.steps)
+    print(
+        f"(b) time per loss token, {args.rollouts} rollouts x {args.chunks + 1} conversations, "
+        f"model hidden {args.hidden_size} x {args.layers} layers, CPU, {args.threads} thread(s)"
+    )
+    for shape, result in cost.items():
+        print(
+            f"    {shape:<9} rows: multi-conv step {result['multiconv_step_cpu_s']:.3f} CPU s, stock step "
+            f"{result['stock_step_cpu_s']:.3f} CPU s, {result['loss_tokens_per_step']} loss tokens -> ratio "
+            f"{result['ratio']:.3f} (target <= 1.2)"
         )
-        cost = time_per_token(args, model_dir, tokenizer, trajectories, args.steps)
-    print(
-        f"(b) time per loss token, {cost['rows']} rows ({args.rollouts} rollouts x {args.chunks + 1} conversations), "
-        f"model hidden {args.hidden_size} x {args.layers} layers, CPU"
-    )
-    print(
-        f"    multi-conv step {cost['multiconv_step_s']:.3f}s, stock step {cost['stock_step_s']:.3f}s, "
-        f"{cost['loss_tokens_per_step']} loss tokens -> ratio {cost['ratio']:.3f} (target <= 1.2)"
-    )
 
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
     with open(args.output, "w") as f:

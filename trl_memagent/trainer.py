@@ -396,22 +396,25 @@ class MultiConvGRPOTrainer(GRPOTrainer):
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         logits_to_keep = batch["completion_ids"].size(1)
+        # A training micro-batch is forwarded whole, as in the loss; the single eval batch holds every row of the
+        # eval batch, so it goes per_device_eval_batch_size rows at a time.
+        chunk = None if self.model.training else self.args.per_device_eval_batch_size
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             if need_old:
                 batch["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, logits_to_keep
+                    self.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
                 )
             if self.beta != 0.0:
                 if self.ref_model is not None:
                     ref, _, _ = self._get_per_token_logps_and_entropies(
-                        self.ref_model, input_ids, attention_mask, logits_to_keep
+                        self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
                     )
                 else:  # PEFT: the reference is the model with its adapters disabled (or the frozen "ref" adapter)
                     unwrapped = self.accelerator.unwrap_model(self.model)
                     adapter = "ref" if isinstance(unwrapped, PeftModel) and "ref" in unwrapped.peft_config else None
                     with use_adapter(unwrapped, adapter_name=adapter):
                         ref, _, _ = self._get_per_token_logps_and_entropies(
-                            self.model, input_ids, attention_mask, logits_to_keep
+                            self.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
                         )
                 batch["ref_per_token_logps"] = ref
         if self.use_vllm and self.vllm_importance_sampling_correction:
@@ -482,11 +485,14 @@ class MultiConvGRPOTrainer(GRPOTrainer):
             memories = [c for c in t.conversations if c.kind == "memory"]
             final = t.conversations[-1]
             golds = x.get(column)
-            quality = (
-                (strict_reward(t.answer, golds), qa_metrics(extract_answer(t.answer, template), golds)["sub_em"])
-                if golds
-                else None
-            )
+            if isinstance(golds, str):
+                golds = [golds]
+            quality = None  # only for a column of gold strings; custom rewards may use it otherwise
+            if isinstance(golds, list) and golds and all(isinstance(g, str) for g in golds):
+                quality = (
+                    strict_reward(t.answer, golds),
+                    qa_metrics(extract_answer(t.answer, template), golds)["sub_em"],
+                )
             per_sample.append(
                 {
                     "conversations": len(t.conversations),
