@@ -387,3 +387,9 @@ def test_lora_with_kl_and_evaluation(tiny_model_dir, tmp_path):
     assert max((named[n].detach() - p).abs().max().item() for n, p in base_before.items()) == 0.0
     eval_logs = [h for h in trainer.state.log_history if "eval_loss" in h]
     assert eval_logs and "eval_reward" in eval_logs[0] and "eval_conversations/mean" in eval_logs[0]
+    assert len(trainer.recorded) == 4  # 2 training generations + 2 evaluation batches (2 questions x 2, 2 per batch)
+    # Evaluation rollouts sample with the evaluation settings (the paper's validation: T=1.0, top_p=0.7).
+    with trainer._generation_backend("eval", 0, 0) as backend:
+        assert (backend.sampling["temperature"], backend.sampling["top_p"]) == (1.0, 0.7)
+    with trainer._generation_backend("train", 0, 0) as backend:
+        assert backend.sampling["top_p"] == 1.0

@@ -8,17 +8,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_memagent.backends import TransformersBackend
 from trl_memagent.config import MultiConvGRPOConfig
+from trl_memagent.rollout import MemoryAgent, MemoryAgentConfig
 from trl_memagent.tiny import filler_text
 from trl_memagent.trainer import MultiConvGRPOTrainer
-from trl_memagent.vllm_backends import sampled_logprobs, to_generations
+from trl_memagent.vllm_backends import VLLMColocateBackend, colocate_session, sampled_logprobs, to_generations
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from dist_vllm_server import LocalDeterministicBackend, stand_in_completion  # noqa: E402
 
 
 def test_server_backend_on_two_processes_with_unequal_prompts(tmp_path):
@@ -57,6 +61,58 @@ def test_sampled_logprobs_and_finish_reasons():
     assert sampled_logprobs(completion_ids, None, None) is None
     gens = to_generations([[5, 9, 2], [7, 8, 4], [7]], None, max_tokens=3, eos_token_ids={2})
     assert [g.finish_reason for g in gens] == ["stop", "length", "stop"]
+
+
+class StandInLLM:
+    """STAND-IN for `vllm.LLM` (colocate mode): deterministic answers with vLLM's output objects."""
+
+    def __init__(self, eos):
+        self.eos, self.calls, self.events = eos, [], []
+
+    def generate(self, prompts, sampling_params, use_tqdm):
+        self.calls.append((len(prompts), sampling_params["max_tokens"]))
+        outputs = []
+        for prompt in prompts:
+            ids, lps = stand_in_completion(prompt["prompt_token_ids"], sampling_params["max_tokens"], self.eos)
+            logprobs = [{t: SimpleNamespace(logprob=lp)} for t, lp in zip(ids, lps, strict=True)]
+            outputs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, logprobs=logprobs)]))
+        return outputs
+
+    def wake_up(self, tags):
+        self.events.append(("wake", tuple(tags)))
+
+    def sleep(self, level):
+        self.events.append(("sleep", level))
+
+
+def test_colocate_backend_and_sleep_session(monkeypatch, tiny_tokenizer):
+    # vLLM is not installed on CPU machines: SamplingParams is stood in by a plain dict of its arguments.
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: kw))
+    eos = tiny_tokenizer.eos_token_id
+    config = MemoryAgentConfig(chunk_tokens=32, memory_tokens=6, answer_tokens=9)
+    questions, documents = ["q a", "q b"], [filler_text(10, 1), filler_text(40, 2)]
+    llm = StandInLLM(eos)
+    sampling = {"temperature": 0.7, "top_p": 0.9}
+    # This process has 2 memory turns but another one has 4: the colocated engine is local, so the two
+    # empty rounds before the final turn send nothing.
+    backend = VLLMColocateBackend(llm, sampling, {eos}, local_memory_turns=2, global_memory_turns=4)
+    trajectories = MemoryAgent(backend, tiny_tokenizer, config).run(questions, documents)
+    assert llm.calls == [(2, 6), (1, 6), (2, 9)] and (backend.calls, backend.rounds) == (3, 5)
+    expected = MemoryAgent(LocalDeterministicBackend(eos), tiny_tokenizer, config).run(questions, documents)
+    assert [t.__dict__ for t in trajectories] == [t.__dict__ for t in expected]
+
+    generation = SimpleNamespace(enable_sleep_mode=True, _llm_weights_sleeping=True, llm=llm, syncs=0)
+
+    def sync_weights():  # what VLLMGeneration.sync_weights does with sleep mode: wake the weights, load them
+        generation.syncs += 1
+        llm.wake_up(tags=["weights"])
+        generation._llm_weights_sleeping = False
+
+    generation.sync_weights = sync_weights
+    llm.events.clear()
+    with colocate_session(generation):
+        assert llm.events == [("wake", ("weights",)), ("wake", ("kv_cache",))]
+    assert llm.events[-1] == ("sleep", 2) and generation._llm_weights_sleeping and generation.syncs == 1
 
 
 class StandInVLLMClient:

@@ -74,7 +74,7 @@ def sampled_logprobs(
 
 def to_generations(
     completion_ids: Sequence[Sequence[int]],
-    logprobs: Sequence[Sequence[float]] | None,
+    logprobs: Sequence[Sequence[float] | None] | None,
     max_tokens: int,
     eos_token_ids: set[int],
 ) -> list[Generation]:
@@ -88,7 +88,8 @@ def to_generations(
         ids = list(ids)
         stopped = bool(ids) and ids[-1] in eos_token_ids
         finish = "stop" if stopped or len(ids) < max_tokens else "length"
-        out.append(Generation(ids, None if logprobs is None else list(logprobs[row]), finish))
+        row_logprobs = None if logprobs is None or logprobs[row] is None else list(logprobs[row])
+        out.append(Generation(ids, row_logprobs, finish))
     return out
 
 
@@ -185,10 +186,7 @@ class VLLMColocateBackend(_TurnAligned):
             _sampled_logprobs(o.outputs[0].logprobs, ids) for o, ids in zip(outputs, completion_ids, strict=True)
         ]
         local = slice(start, start + len(prompt_ids))
-        gens = to_generations(completion_ids[local], None, max_tokens, self.eos_token_ids)
-        for gen, row_logprobs in zip(gens, logprobs[local], strict=True):
-            gen.logprobs = row_logprobs
-        return gens
+        return to_generations(completion_ids[local], logprobs[local], max_tokens, self.eos_token_ids)
 
 
 def _sampled_logprobs(position_logprobs: list[dict] | None, token_ids: list[int]) -> list[float] | None:
