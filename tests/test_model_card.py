@@ -76,8 +76,10 @@ def test_card_metadata_parses_with_huggingface_hub(tmp_path):
     # How to run it as a memory agent, with the trained sizes.
     assert "trl-memagent answer --model someone/MemAgent-LoRA-7B" in text
     assert "--chunk-tokens 5000 --memory-tokens 1024 --answer-tokens 512 --final-prompt boxed" in text
-    assert "vllm serve someone/MemAgent-LoRA-7B --max-model-len 9216" in text
-    assert 'OpenAIBackend("http://127.0.0.1:8000/v1", "someone/MemAgent-LoRA-7B", tokenizer' in text
+    # vLLM serves an adapter on top of its base model, under the name the backend then asks for.
+    lora = "--enable-lora --max-lora-rank 64 --lora-modules memagent=someone/MemAgent-LoRA-7B"
+    assert f"vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 9216 {lora}" in text
+    assert 'OpenAIBackend("http://127.0.0.1:8000/v1", "memagent", tokenizer' in text
     # Citations of the paper and of TRL; no evaluation yet.
     assert "@inproceedings{yu2026memagent" in text and "@software{vonwerra2020trl" in text
     assert "No evaluation results yet" in text
@@ -90,7 +92,10 @@ def test_local_base_and_data_stay_out_of_hub_metadata(tmp_path):
     local.mkdir()
     context = hub_context(base_model=str(local), dataset="synthetic-local.jsonl", adapter=None, hub_model_id=None)
     write_model_card(str(tmp_path / "out"), context)
-    data = ModelCard.load(tmp_path / "out" / "README.md").data.to_dict()
+    card = ModelCard.load(tmp_path / "out" / "README.md")
+    data = card.data.to_dict()
+    # Full weights are served as they are: 1024 + 5000 + 2 x 1024 tokens + the chat template -> 9216.
+    assert "vllm serve ./MemAgent-LoRA-7B --max-model-len 9216\n" in card.text
     # The Hub rejects base_model/datasets that are not repositories; a local path must not be written there.
     assert "base_model" not in data and "datasets" not in data
     assert data["library_name"] == "transformers" and "lora" not in data["tags"]

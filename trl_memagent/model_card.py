@@ -138,7 +138,7 @@ trl-memagent answer --model {{ repo }} --document book.txt --question "Who wrote
 Served with vLLM, from Python:
 
 ```bash
-vllm serve {{ repo }} --max-model-len {{ max_model_len }}
+{{ serve_command }}
 ```
 
 ```python
@@ -146,7 +146,7 @@ from transformers import AutoTokenizer
 from trl_memagent import MemoryAgent, MemoryAgentConfig, OpenAIBackend
 
 tokenizer = AutoTokenizer.from_pretrained("{{ repo }}")
-backend = OpenAIBackend("http://127.0.0.1:8000/v1", "{{ repo }}", tokenizer, temperature=0.7, top_p=0.95)
+backend = OpenAIBackend("http://127.0.0.1:8000/v1", "{{ served_name }}", tokenizer, temperature=0.7, top_p=0.95)
 config = MemoryAgentConfig(chunk_tokens={{ memory.chunk_tokens }}, memory_tokens={{ memory.memory_tokens }}, \
 answer_tokens={{ memory.answer_tokens }}, final_prompt="{{ memory.final_prompt }}")
 (trajectory,) = MemoryAgent(backend, tokenizer, config).run(["Who wrote the letter?"], [open("book.txt").read()])
@@ -310,6 +310,14 @@ def _describe_base(base_model: str | None) -> tuple[str, str]:
     return f"The base model is a {text}.", text
 
 
+def max_model_len(memory: dict) -> int:
+    """The longest call of the agent (prompt + new tokens) plus room for the chat template, rounded up to 1K."""
+    question, memory_tokens = memory["question_max_tokens"], memory["memory_tokens"]
+    update = question + memory["chunk_tokens"] + 2 * memory_tokens  # reads a memory, writes the next one
+    final = question + memory_tokens + memory["answer_tokens"]
+    return -(-(max(update, final) + 512) // 1024) * 1024
+
+
 def _versions() -> dict[str, str]:
     names = {"trl_memagent": "trl_memagent", "TRL": "trl", "Transformers": "transformers", "PyTorch": "torch"}
     names.update({"Datasets": "datasets", "Tokenizers": "tokenizers", "PEFT": "peft"})
@@ -332,7 +340,14 @@ def build_model_card(
     dataset_text = dataset_text or "not recorded"
     lengths, _, paper = _paper_table()
     memory = context.memory
-    window = memory["question_max_tokens"] + memory["chunk_tokens"] + 2 * memory["memory_tokens"]
+    repo = context.hub_model_id or f"./{context.model_name}"
+    serve_command, served_name = f"vllm serve {repo} --max-model-len {max_model_len(memory)}", repo
+    if context.adapter and not context.adapter.get("merged"):  # vLLM serves an adapter on top of its base model
+        served_name = "memagent"
+        serve_command = (
+            f"vllm serve {context.base_model} --max-model-len {max_model_len(memory)} --enable-lora "
+            f"--max-lora-rank {context.adapter['r']} --lora-modules {served_name}={repo}"
+        )
     overall = None
     if summary is not None:
         totals = summary["overall"]
@@ -360,8 +375,9 @@ def build_model_card(
         eval_dir=EVAL_DIR,
         paper_lengths=lengths,
         paper_rows={name: [_cell(v) for v in values] for name, values in paper.items()},
-        repo=context.hub_model_id or f"./{context.model_name}",
-        max_model_len=-(-(window + 512) // 1024) * 1024,  # window + chat template, rounded up (the paper: ~9K)
+        repo=repo,
+        serve_command=serve_command,
+        served_name=served_name,
         versions=_versions(),
         memagent_citation=MEMAGENT_CITATION,
         trl_citation=TRL_CITATION,
@@ -398,7 +414,7 @@ def lora_summary(model) -> dict | None:
     if not is_peft_model(model):
         return None
     config = model.peft_config[model.active_adapter]
-    modules = config.target_modules
+    modules = config.target_modules  # a string ("all-linear") or the set of module names it resolved to
     quantization = getattr(model.get_base_model().config, "quantization_config", None)
     if quantization is not None:
         quantization = quantization if isinstance(quantization, dict) else quantization.to_dict()
@@ -408,7 +424,9 @@ def lora_summary(model) -> dict | None:
     return {
         "r": config.r,
         "alpha": config.lora_alpha,
-        "target_modules": modules if isinstance(modules, str) else ", ".join(sorted(modules or [])),
+        "target_modules": modules
+        if isinstance(modules, str)
+        else ", ".join(sorted({m.split(".")[-1] for m in modules})),
         "merged": False,
         "quantization": quantization,
     }
