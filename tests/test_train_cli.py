@@ -106,6 +106,16 @@ def test_card_metadata_settings_and_eval_table(main_job):
     assert (out / "eval" / "accuracy.png").stat().st_size > 10_000
 
 
+def test_every_checkpoint_of_the_main_job_has_its_card(main_job):
+    # Needs MultiConvGRPOTrainer to inherit trl_memagent.model_card.MemAgentModelCardMixin (trainer.py).
+    out, _ = main_job
+    checkpoints = [name for name in os.listdir(out) if name.startswith("checkpoint-")]
+    assert checkpoints
+    for name in checkpoints:
+        card = ModelCard.load(out / name / "README.md")
+        assert "memagent" in card.data.tags and f"for {name.split('-')[1]} optimizer steps" in card.text
+
+
 def test_folder_a_push_would_upload(main_job):
     out, _ = main_job
     files = sorted(

@@ -497,6 +497,7 @@ class MemAgentModelCardMixin:
         if not self.is_world_process_zero():
             return
         context = card_context_from_trainer(self, model_name, dataset_name, tags)
+        context.license = kwargs.get("license") or context.license  # transformers' create_model_card keyword
         write_model_card(self.args.output_dir, context)
 
     def _save_checkpoint(self, model, trial):
