@@ -165,3 +165,10 @@ def test_max_chunks_bounds_the_number_of_turns(agent_factory):
     agent, _ = agent_factory(max_chunks=2, truncation="error")
     with pytest.raises(ValueError, match="max_chunks"):
         agent.run(["Q?"], [filler_text(300)])
+
+
+def test_trajectories_report_the_document_length_before_truncation(agent_factory, tiny_tokenizer):
+    agent, _ = agent_factory(max_chunks=2)
+    document = filler_text(300)
+    (trajectory,) = agent.run(["Q?"], [document])
+    assert trajectory.document_tokens == len(encode(tiny_tokenizer, document)) > 2 * C

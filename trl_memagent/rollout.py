@@ -82,6 +82,7 @@ class Trajectory:
     conversations: list[Conversation]
     memories: list[str]
     answer: str
+    document_tokens: int = 0  # tokens of the document, before any truncation
 
     @property
     def num_chunks(self) -> int:
@@ -114,38 +115,18 @@ class MemoryAgent:
         """One trajectory per (question, document), in input order.
 
         A document may be a string or an iterable of text blocks (e.g. `chunking.stream_text_file`).
-        Equal document strings (the G rollouts of one question) are tokenized once.
         """
-        if len(questions) != len(documents):
-            raise ValueError(f"got {len(questions)} questions but {len(documents)} documents")
-        question_ids = [self._tokenize_question(i, q) for i, q in enumerate(questions)]
-        cache: dict[str, list[np.ndarray]] = {}
-        chunks = []
-        for index, document in enumerate(documents):
-            if isinstance(document, str):
-                if document not in cache:
-                    cache[document] = self._chunk(tokenize_document(self.tokenizer, document))
-                chunks.append(cache[document])
-            elif isinstance(document, Iterable) and not isinstance(document, bytes | bytearray):
-                chunks.append(self._chunk(tokenize_document(self.tokenizer, document)))
-            else:
-                raise TypeError(
-                    f"documents[{index}] must be a string or an iterable of strings, got {type(document).__name__}"
-                )
-        return self.run_tokenized(list(questions), question_ids, chunks, progress=progress)
+        return self.run_prepared(prepare_inputs(self.tokenizer, self.config, questions, documents), progress)
 
-    def run_tokenized(
-        self,
-        questions: list[str],
-        question_ids: list[list[int]],
-        chunks: list[list[np.ndarray]],
-        progress: bool = False,
-    ) -> list[Trajectory]:
-        """The rollout proper, on already tokenized questions and chunked documents."""
+    def run_prepared(self, inputs: PreparedInputs, progress: bool = False) -> list[Trajectory]:
+        """The rollout proper, on tokenized questions and chunked documents."""
         decode = self.tokenizer.decode
-        memories = [list(self.prompts.initial_memory_ids) for _ in questions]
-        trajectories = [Trajectory(question=q, conversations=[], memories=[], answer="") for q in questions]
-        num_turns = max((len(c) for c in chunks), default=0)
+        question_ids, chunks, num_turns = inputs.question_ids, inputs.chunks, inputs.num_turns
+        memories = [list(self.prompts.initial_memory_ids) for _ in question_ids]
+        trajectories = [
+            Trajectory(question=q, conversations=[], memories=[], answer="", document_tokens=n)
+            for q, n in zip(inputs.questions, inputs.document_tokens, strict=True)
+        ]
         bar = tqdm(total=num_turns + 1, desc="memory agent", unit="turn", disable=not progress)
         for k in range(num_turns):
             active = [i for i, doc_chunks in enumerate(chunks) if k < len(doc_chunks)]
@@ -175,16 +156,60 @@ class MemoryAgent:
         bar.close()
         return trajectories
 
-    def _tokenize_question(self, index: int, question: str) -> list[int]:
+
+@dataclass
+class PreparedInputs:
+    """Questions and documents as the rollout consumes them: token ids and per-document chunk lists."""
+
+    questions: list[str]
+    question_ids: list[list[int]]
+    chunks: list[list[np.ndarray]]
+    document_tokens: list[int]
+
+    @property
+    def num_turns(self) -> int:
+        """Memory turns of the rollout: the most chunks of any document (0 when all are empty)."""
+        return max((len(c) for c in self.chunks), default=0)
+
+
+def prepare_inputs(
+    tokenizer, config: MemoryAgentConfig, questions: Sequence[str], documents: Sequence[str | Iterable[str]]
+) -> PreparedInputs:
+    """Tokenize questions and documents once and cut the documents into chunks.
+
+    Equal document strings (the G rollouts of one question) are tokenized once. Errors name the input.
+    """
+    if len(questions) != len(documents):
+        raise ValueError(f"got {len(questions)} questions but {len(documents)} documents")
+    question_ids = []
+    for index, question in enumerate(questions):
         if not isinstance(question, str):
             raise TypeError(f"questions[{index}] must be a string, got {type(question).__name__}")
-        ids = self.tokenizer.encode(question, add_special_tokens=False)
-        if len(ids) > self.config.question_max_tokens:
+        ids = tokenizer.encode(question, add_special_tokens=False)
+        if len(ids) > config.question_max_tokens:
             raise ValueError(
-                f"questions[{index}] has {len(ids)} tokens, more than question_max_tokens="
-                f"{self.config.question_max_tokens}"
+                f"questions[{index}] has {len(ids)} tokens, more than question_max_tokens={config.question_max_tokens}"
             )
-        return ids
-
-    def _chunk(self, ids: np.ndarray) -> list[np.ndarray]:
-        return chunk_document(ids, self.config.chunk_tokens, self.config.max_chunks, self.config.truncation)
+        question_ids.append(ids)
+    cache: dict[str, tuple[list[np.ndarray], int]] = {}
+    chunks, document_tokens = [], []
+    for index, document in enumerate(documents):
+        if isinstance(document, str):
+            if document not in cache:
+                ids = tokenize_document(tokenizer, document)
+                cache[document] = (
+                    chunk_document(ids, config.chunk_tokens, config.max_chunks, config.truncation),
+                    len(ids),
+                )
+            document_chunks, num_tokens = cache[document]
+        elif isinstance(document, Iterable) and not isinstance(document, bytes | bytearray):
+            ids = tokenize_document(tokenizer, document)
+            document_chunks = chunk_document(ids, config.chunk_tokens, config.max_chunks, config.truncation)
+            num_tokens = len(ids)
+        else:
+            raise TypeError(
+                f"documents[{index}] must be a string or an iterable of strings, got {type(document).__name__}"
+            )
+        chunks.append(document_chunks)
+        document_tokens.append(num_tokens)
+    return PreparedInputs(list(questions), question_ids, chunks, document_tokens)

@@ -35,10 +35,9 @@ from trl.trainer.utils import nanmax, nanmin, nanstd, use_adapter
 from .advantages import broadcast_to_rows, group_advantages, importance_sampling_ratio, row_loss_weights
 from .backends import TransformersBackend
 from .batching import collate_rows, collate_values, padding_fraction, plan_micro_batches, rows_per_micro_batch
-from .chunking import chunk_document, tokenize_document
 from .config import MultiConvGRPOConfig
 from .rewards import extract_answer, memagent_reward, qa_metrics, strict_reward
-from .rollout import MemoryAgent, Trajectory
+from .rollout import MemoryAgent, Trajectory, prepare_inputs
 from .vllm_backends import VLLMColocateBackend, VLLMServerBackend, colocate_session
 
 if is_peft_available():
@@ -221,33 +220,12 @@ class MultiConvGRPOTrainer(GRPOTrainer):
         """Run the memory agent on every sample of the local batch (documents tokenized once per string)."""
         column = self.args.context_column
         questions = [question_text(x["prompt"], i) for i, x in enumerate(inputs)]
-        question_ids = []
-        for i, question in enumerate(questions):
-            ids = self._tokenizer.encode(question, add_special_tokens=False)
-            if len(ids) > self.memory_config.question_max_tokens:
-                raise ValueError(
-                    f"row {i}: the question has {len(ids)} tokens, more than question_max_tokens="
-                    f"{self.memory_config.question_max_tokens}"
-                )
-            question_ids.append(ids)
-        cache: dict[str, list] = {}
-        chunks = []
-        for i, x in enumerate(inputs):
-            document = x.get(column)
-            if not isinstance(document, str):
-                raise ValueError(
-                    f"row {i}: column {column!r} must hold the document as a string, got {document!r:.80}"
-                )
-            if document not in cache:
-                cfg = self.memory_config
-                ids = tokenize_document(self._tokenizer, document)
-                cache[document] = chunk_document(ids, cfg.chunk_tokens, cfg.max_chunks, cfg.truncation)
-            chunks.append(cache[document])
-        local_turns = max(len(c) for c in chunks)  # 0 when every document is empty: only the final turn
+        prepared = prepare_inputs(self._tokenizer, self.memory_config, questions, [x.get(column) for x in inputs])
+        # Every process must make the same number of (collective) generation calls: the most turns anywhere.
+        local_turns = prepared.num_turns
         global_turns = int(self.accelerator.gather(torch.tensor([local_turns], device=self.accelerator.device)).max())
         with self._generation_backend(mode, local_turns, global_turns) as backend:
-            agent = MemoryAgent(backend, self._tokenizer, self.memory_config)
-            return agent.run_tokenized(questions, question_ids, chunks)
+            return MemoryAgent(backend, self._tokenizer, self.memory_config).run_prepared(prepared)
 
     @contextlib.contextmanager
     def _generation_backend(self, mode: str, local_turns: int, global_turns: int) -> Iterator:

@@ -26,7 +26,6 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from ..backends import BackendError, Generation, GenerationBackend, OpenAIBackend, TransformersBackend
-from ..chunking import tokenize_document
 from ..rollout import MemoryAgent, MemoryAgentConfig
 from .baseline import BASELINE_ANSWER_TEMPLATE, BaselinePrompter, run_baseline
 from .cost import cost_report, cost_text
@@ -259,11 +258,8 @@ class _GroupRunner:
             documents = [item.rows[item.row]["context"] for item in items]
             questions = [item.question for item in items]
             if self.config.mode == "agent":
-                doc_tokens = [len(tokenize_document(self.tokenizer, d)) for d in documents]
                 agent = MemoryAgent(metered, self.tokenizer, self.agent_config)
                 outputs = [_agent_fields(t, self.config.memory_trace) for t in agent.run(questions, documents)]
-                for fields, tokens in zip(outputs, doc_tokens):
-                    fields["doc_tokens"] = tokens
             else:
                 outputs = [_baseline_fields(a) for a in run_baseline(metered, self.prompter, questions, documents)]
         except BackendError as error:
@@ -325,6 +321,7 @@ def _agent_fields(trajectory, memory_trace: str) -> dict:
     memories = {"full": trajectory.memories, "last": trajectory.memories[-1:], "none": []}[memory_trace]
     return {
         "raw_answer": trajectory.answer,
+        "doc_tokens": trajectory.document_tokens,
         "memories": memories,
         "num_chunks": trajectory.num_chunks,
         "requests": len(trajectory.conversations),
