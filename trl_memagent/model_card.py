@@ -463,7 +463,11 @@ def card_context_from_trainer(
 
     args = trainer.args
     if model_name is None:
-        model_name = args.hub_model_id.split("/")[-1] if args.hub_model_id else os.path.basename(args.output_dir)
+        model_name = (
+            args.hub_model_id.split("/")[-1]
+            if args.hub_model_id
+            else os.path.basename(os.path.normpath(args.output_dir))
+        )
     model = trainer.accelerator.unwrap_model(trainer.model)
     adapter = getattr(trainer, "model_card_adapter", None) or lora_summary(model)
     memory = asdict(args.memory_agent_config())

@@ -348,7 +348,7 @@ def resolve_model(model_args: ModelConfig, training_args: MultiConvGRPOConfig) -
 
     from .tiny import save_tiny_model
 
-    path = os.path.join(training_args.output_dir, TINY_DIR)
+    path = os.path.abspath(os.path.join(training_args.output_dir, TINY_DIR))  # adapters record this path
     with PartialState().main_process_first():
         if not os.path.isfile(os.path.join(path, "config.json")):
             save_tiny_model(path)
@@ -467,12 +467,11 @@ def merge_lora(trainer, output_dir: str, dtype: str | None) -> None:
         trainer.model = merge_adapter_dir(output_dir, dtype)
 
 
-def final_evaluation(trainer, script_args: MemAgentScriptArguments, model_name: str) -> dict | None:
-    """Evaluate the saved model in OUTPUT_DIR/eval with the harness (main process); returns the summary."""
+def final_evaluation(trainer, script_args: MemAgentScriptArguments, model_name: str) -> None:
+    """Evaluate the saved model into OUTPUT_DIR/eval with the harness (main process), where the card finds it."""
     from .evaluation import evaluate_checkpoint
 
     args = trainer.args
-    summary = None
     if trainer.accelerator.is_main_process:
         eval_dir = os.path.join(args.output_dir, EVAL_DIR)
         shutil.rmtree(eval_dir, ignore_errors=True)  # results of an earlier model must not be resumed
@@ -483,7 +482,7 @@ def final_evaluation(trainer, script_args: MemAgentScriptArguments, model_name: 
             script_args.final_eval_samples,
             seed=script_args.synthetic_seed + 2,  # neither the training nor the in-training eval samples
         )
-        result = evaluate_checkpoint(
+        evaluate_checkpoint(
             args.output_dir,
             data,
             output_dir=eval_dir,
@@ -494,9 +493,7 @@ def final_evaluation(trainer, script_args: MemAgentScriptArguments, model_name: 
             name=model_name,
             seed=args.seed,
         )
-        summary = result.summary
     trainer.accelerator.wait_for_everyone()
-    return summary
 
 
 def run(script_args: MemAgentScriptArguments, training_args: MultiConvGRPOConfig, model_args: ModelConfig):
@@ -513,7 +510,9 @@ def run(script_args: MemAgentScriptArguments, training_args: MultiConvGRPOConfig
         trainer.accelerator.wait_for_everyone()
         merge_lora(trainer, output_dir, model_args.dtype)
     model_name = (
-        training_args.hub_model_id.split("/")[-1] if training_args.hub_model_id else os.path.basename(output_dir)
+        training_args.hub_model_id.split("/")[-1]
+        if training_args.hub_model_id
+        else os.path.basename(os.path.normpath(output_dir))
     )
     if script_args.final_eval:
         final_evaluation(trainer, script_args, model_name)
