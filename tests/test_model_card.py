@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_memagent.config import MultiConvGRPOConfig
 from trl_memagent.evaluation.metrics import summarize
 from trl_memagent.evaluation.plots import plot_accuracy
-from trl_memagent.model_card import CONTEXT_FILE, CardContext, MemAgentModelCardMixin, main, write_model_card
+from trl_memagent.model_card import CONTEXT_FILE, CardContext, main, write_model_card
 from trl_memagent.rollout import MemoryAgentConfig
 from trl_memagent.tiny import filler_text
 from trl_memagent.train_cli import ADAPTER_FILES, merge_adapter_dir
@@ -183,10 +183,6 @@ def test_card_is_refreshed_after_a_later_evaluation(tmp_path):
         main([str(tmp_path / "eval")])
 
 
-class CardTrainer(MemAgentModelCardMixin, MultiConvGRPOTrainer):
-    """MultiConvGRPOTrainer with the card mixin (what the trainer's class gets in the package)."""
-
-
 def test_every_checkpoint_carries_the_card(tiny_model_dir, tmp_path):
     dataset = Dataset.from_dict(
         {"prompt": ["Which city?", "Which river?"], "context": [filler_text(40, 1), filler_text(60, 2)]}
@@ -206,7 +202,7 @@ def test_every_checkpoint_carries_the_card(tiny_model_dir, tmp_path):
         memory_tokens=8,
         max_completion_length=8,
     )
-    trainer = CardTrainer(
+    trainer = MultiConvGRPOTrainer(
         tiny_model_dir,
         reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],
         args=args,

@@ -107,7 +107,6 @@ def test_card_metadata_settings_and_eval_table(main_job):
 
 
 def test_every_checkpoint_of_the_main_job_has_its_card(main_job):
-    # Needs MultiConvGRPOTrainer to inherit trl_memagent.model_card.MemAgentModelCardMixin (trainer.py).
     out, _ = main_job
     checkpoints = [name for name in os.listdir(out) if name.startswith("checkpoint-")]
     assert checkpoints

@@ -15,7 +15,6 @@ or 1/n_i scaled (`"trajectory"`); the attention mask (`completion_mask`) stays i
 from __future__ import annotations
 
 import contextlib
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -36,6 +35,7 @@ from .advantages import broadcast_to_rows, group_advantages, importance_sampling
 from .backends import TransformersBackend
 from .batching import collate_rows, collate_values, padding_fraction, plan_micro_batches, rows_per_micro_batch
 from .config import MultiConvGRPOConfig
+from .model_card import MEMAGENT_CITATION, MemAgentModelCardMixin
 from .rewards import extract_answer, memagent_reward, qa_metrics, strict_reward
 from .rollout import MemoryAgent, Trajectory, prepare_inputs
 from .vllm_backends import VLLMColocateBackend, VLLMServerBackend, colocate_session
@@ -123,7 +123,7 @@ def check_dataset_columns(dataset, name: str, question_column: str, context_colu
         raise ValueError(f"{name}: column {context_column!r} is empty (no row has a document).")
 
 
-class MultiConvGRPOTrainer(GRPOTrainer):
+class MultiConvGRPOTrainer(MemAgentModelCardMixin, GRPOTrainer):
     """GRPO over MemAgent rollouts: one row per conversation, the rollout's advantage on each of them.
 
     Args mirror `GRPOTrainer` (without tools, rollout functions or environments). `reward_funcs` defaults to
@@ -137,17 +137,7 @@ class MultiConvGRPOTrainer(GRPOTrainer):
     _paper = {
         "title": "MemAgent: Reshaping Long-Context LLM with Multi-Conv RL-based Memory Agent",
         "id": "2507.02259",
-        # docstyle-ignore
-        "citation": textwrap.dedent("""\
-            @inproceedings{yu2026memagent,
-                title     = {{MemAgent: Reshaping Long-Context LLM with Multi-Conv RL-based Memory Agent}},
-                author    = {Yu, Hongli and Chen, Tinghong and Feng, Jiangtao and Chen, Jiangjie and Dai, Weinan and
-                             Yu, Qiying and Zhang, Ya-Qin and Ma, Wei-Ying and Liu, Jingjing and Wang, Mingxuan and
-                             Zhou, Hao},
-                booktitle = {International Conference on Learning Representations (ICLR)},
-                year      = 2026,
-                eprint    = {arXiv:2507.02259},
-            }"""),
+        "citation": MEMAGENT_CITATION,
     }
 
     def __init__(
