@@ -98,6 +98,9 @@ def main(out_dir: str) -> None:
     }
     with open(os.path.join(out_dir, f"rank{state.process_index}.json"), "w") as f:
         json.dump(report, f)
+    # Tear the gloo group down explicitly: left to the interpreter's exit, it once aborted a process in CI
+    # ("terminate called without an active exception").
+    state.destroy_process_group()
 
 
 if __name__ == "__main__":
