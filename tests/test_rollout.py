@@ -135,9 +135,10 @@ def test_document_shorter_than_a_chunk_takes_one_memory_turn(agent_factory):
 def test_repeated_documents_are_tokenized_once(agent_factory):
     agent, _ = agent_factory()
     document = filler_text(80)
-    with mock.patch.object(rollout_module, "tokenize_document", wraps=rollout_module.tokenize_document) as spy:
-        agent.run(["Q?"] * 4, [document] * 4)
-    assert spy.call_count == 1
+    with mock.patch.object(rollout_module, "tokenize_documents", wraps=rollout_module.tokenize_documents) as spy:
+        trajectories = agent.run(["Q?"] * 4 + ["R?"] * 2, [document] * 4 + [document + " More.", document])
+    assert spy.call_count == 1 and spy.call_args.args[1] == [document, document + " More."]
+    assert [t.num_chunks for t in trajectories[:4]] == [trajectories[5].num_chunks] * 4
 
 
 def test_bad_inputs_raise_clear_errors(agent_factory):

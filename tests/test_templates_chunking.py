@@ -88,3 +88,16 @@ def test_block_tokenization_equals_whole_text_tokenization(tiny_tokenizer, tmp_p
     streamed = list(stream_text_file(str(path), block_chars=700))
     assert len(streamed) > 5 and "".join(streamed) == text
     assert tokenize_document(tiny_tokenizer, iter(streamed)).tolist() == whole
+
+
+def test_batched_tokenization_keeps_each_documents_blocks_together(tiny_tokenizer, monkeypatch):
+    import trl_memagent.chunking as chunking
+
+    monkeypatch.setattr(chunking, "BATCH_BLOCKS", 3)
+    texts = [filler_text(400, seed=s) for s in (1, 2, 3)]
+    streams = [list(split_text_blocks(t, block_chars=300)) for t in texts]  # several batches, straddling documents
+    assert sum(len(s) for s in streams) > 3 * 3
+    documents = [texts[0], iter(streams[1]), "", iter(streams[2])]
+    got = chunking.tokenize_documents(tiny_tokenizer, documents)
+    expected = [tiny_tokenizer.encode(t, add_special_tokens=False) for t in (texts[0], texts[1], "", texts[2])]
+    assert [ids.tolist() for ids in got] == expected

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal
 
 import numpy as np
@@ -11,6 +12,7 @@ Truncation = Literal["center", "error"]
 # Text is tokenized in blocks of about this many characters so a multi-million-token document never
 # holds the tokenizer's per-token offsets and strings for all of it at once.
 BLOCK_CHARS = 1 << 18
+BATCH_BLOCKS = 8  # blocks encoded per tokenizer call
 
 
 def split_text_blocks(text: str, block_chars: int = BLOCK_CHARS) -> Iterator[str]:
@@ -33,11 +35,28 @@ def split_text_blocks(text: str, block_chars: int = BLOCK_CHARS) -> Iterator[str
     yield text[start:]
 
 
+def tokenize_documents(tokenizer, documents: Sequence[str | Iterable[str]]) -> list[np.ndarray]:
+    """Token ids (int32) of each document: a string, or an iterable of text blocks streamed from disk.
+
+    Blocks of all documents are encoded a batch at a time (the fast tokenizer spreads a batch over its
+    threads), and at most `BATCH_BLOCKS` blocks' encodings are alive at once, whatever the documents' size.
+    """
+    pieces: list[list[np.ndarray]] = [[] for _ in documents]
+    blocks = (
+        (index, block)
+        for index, document in enumerate(documents)
+        for block in (split_text_blocks(document) if isinstance(document, str) else document)
+    )
+    while batch := list(itertools.islice(blocks, BATCH_BLOCKS)):
+        encoded = tokenizer([block for _, block in batch], add_special_tokens=False, return_attention_mask=False)
+        for (index, _), ids in zip(batch, encoded["input_ids"], strict=True):
+            pieces[index].append(np.asarray(ids, dtype=np.int32))
+    return [np.concatenate(p) if p else np.zeros(0, dtype=np.int32) for p in pieces]
+
+
 def tokenize_document(tokenizer, document: str | Iterable[str]) -> np.ndarray:
-    """Token ids of a document (a string, or an iterable of text blocks streamed from disk) as int32."""
-    blocks = split_text_blocks(document) if isinstance(document, str) else document
-    pieces = [np.asarray(tokenizer.encode(block, add_special_tokens=False), dtype=np.int32) for block in blocks]
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
+    """Token ids (int32) of one document; see `tokenize_documents`."""
+    return tokenize_documents(tokenizer, [document])[0]
 
 
 def truncate_center(ids: np.ndarray, max_tokens: int) -> np.ndarray:

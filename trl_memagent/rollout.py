@@ -15,7 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .backends import FinishReason, GenerationBackend
-from .chunking import Truncation, chunk_document, tokenize_document
+from .chunking import Truncation, chunk_document, tokenize_documents
 from .templates import FinalPrompt, PromptBuilder
 
 
@@ -181,35 +181,26 @@ def prepare_inputs(
     """
     if len(questions) != len(documents):
         raise ValueError(f"got {len(questions)} questions but {len(documents)} documents")
-    question_ids = []
     for index, question in enumerate(questions):
         if not isinstance(question, str):
             raise TypeError(f"questions[{index}] must be a string, got {type(question).__name__}")
-        ids = tokenizer.encode(question, add_special_tokens=False)
+    for index, document in enumerate(documents):
+        if isinstance(document, bytes | bytearray) or not isinstance(document, str | Iterable):
+            raise TypeError(
+                f"documents[{index}] must be a string or an iterable of strings, got {type(document).__name__}"
+            )
+    question_ids = tokenizer(list(questions), add_special_tokens=False)["input_ids"] if questions else []
+    for index, ids in enumerate(question_ids):
         if len(ids) > config.question_max_tokens:
             raise ValueError(
                 f"questions[{index}] has {len(ids)} tokens, more than question_max_tokens={config.question_max_tokens}"
             )
-        question_ids.append(ids)
-    cache: dict[str, tuple[list[np.ndarray], int]] = {}
-    chunks, document_tokens = [], []
-    for index, document in enumerate(documents):
-        if isinstance(document, str):
-            if document not in cache:
-                ids = tokenize_document(tokenizer, document)
-                cache[document] = (
-                    chunk_document(ids, config.chunk_tokens, config.max_chunks, config.truncation),
-                    len(ids),
-                )
-            document_chunks, num_tokens = cache[document]
-        elif isinstance(document, Iterable) and not isinstance(document, bytes | bytearray):
-            ids = tokenize_document(tokenizer, document)
-            document_chunks = chunk_document(ids, config.chunk_tokens, config.max_chunks, config.truncation)
-            num_tokens = len(ids)
-        else:
-            raise TypeError(
-                f"documents[{index}] must be a string or an iterable of strings, got {type(document).__name__}"
-            )
-        chunks.append(document_chunks)
-        document_tokens.append(num_tokens)
-    return PreparedInputs(list(questions), question_ids, chunks, document_tokens)
+    # Equal strings share one tokenization; a streamed document (an iterable) is its own.
+    keys = [document if isinstance(document, str) else id(document) for document in documents]
+    unique = dict(zip(keys, documents))
+    tokenized = dict(zip(unique, tokenize_documents(tokenizer, list(unique.values()))))
+    chunked = {
+        key: chunk_document(ids, config.chunk_tokens, config.max_chunks, config.truncation)
+        for key, ids in tokenized.items()
+    }
+    return PreparedInputs(list(questions), question_ids, [chunked[k] for k in keys], [len(tokenized[k]) for k in keys])
