@@ -14,10 +14,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 from accelerate.utils import gather_object  # noqa: E402
+from configs import SGD_STEP, cpu_config  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from trl_memagent.config import MultiConvGRPOConfig  # noqa: E402
 from trl_memagent.tiny import filler_text  # noqa: E402
 from trl_memagent.trainer import MultiConvGRPOTrainer  # noqa: E402
 
@@ -38,28 +38,8 @@ def dataset() -> Dataset:
     )
 
 
-def config(output_dir: str, per_device: int) -> MultiConvGRPOConfig:
-    return MultiConvGRPOConfig(
-        output_dir=output_dir,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        num_generations=2,
-        per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=1,
-        max_steps=1,
-        optim="sgd",
-        learning_rate=1.0,
-        lr_scheduler_type="constant",
-        max_grad_norm=0.0,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        seed=7,
-        chunk_tokens=32,
-        memory_tokens=8,
-        max_completion_length=8,
-    )
+def config(output_dir: str, per_device: int):
+    return cpu_config(output_dir, per_device_train_batch_size=per_device, gradient_accumulation_steps=1, **SGD_STEP)
 
 
 class RecordingTrainer(MultiConvGRPOTrainer):

@@ -11,11 +11,11 @@ from dataclasses import asdict
 
 import pytest
 import torch
+from configs import cpu_config
 from datasets import Dataset
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_memagent.config import MultiConvGRPOConfig
 from trl_memagent.evaluation.metrics import summarize
 from trl_memagent.evaluation.plots import plot_accuracy
 from trl_memagent.model_card import CONTEXT_FILE, CardContext, main, write_model_card
@@ -187,21 +187,7 @@ def test_every_checkpoint_carries_the_card(tiny_model_dir, tmp_path):
     dataset = Dataset.from_dict(
         {"prompt": ["Which city?", "Which river?"], "context": [filler_text(40, 1), filler_text(60, 2)]}
     )
-    args = MultiConvGRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        num_generations=2,
-        per_device_train_batch_size=2,
-        max_steps=2,
-        save_strategy="steps",
-        save_steps=1,
-        report_to=[],
-        chunk_tokens=32,
-        memory_tokens=8,
-        max_completion_length=8,
-    )
+    args = cpu_config(tmp_path, per_device_train_batch_size=2, max_steps=2, save_strategy="steps", save_steps=1)
     trainer = MultiConvGRPOTrainer(
         tiny_model_dir,
         reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],

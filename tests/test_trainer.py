@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from configs import CPU_TINY, SGD_STEP, cpu_config
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import ModelConfig, ScriptArguments, TrlParser
@@ -14,8 +15,6 @@ from trl import ModelConfig, ScriptArguments, TrlParser
 from trl_memagent.config import MultiConvGRPOConfig
 from trl_memagent.tiny import filler_text
 from trl_memagent.trainer import MultiConvGRPOTrainer
-
-TINY = {"chunk_tokens": 32, "memory_tokens": 8, "max_completion_length": 8}
 
 
 def known_reward(completions, completion_ids, **kwargs):
@@ -69,31 +68,12 @@ def load_policy(model_dir, noise_seed=None):
 def make_trainer(
     model_dir, tmp_path, noise_seed=None, callbacks_for=None, cls=RecordingTrainer, dataset=None, **overrides
 ):
-    kwargs = {
-        "output_dir": str(tmp_path),
-        "use_cpu": True,
-        "bf16": False,
-        "gradient_checkpointing": False,
-        "num_generations": 2,
-        "per_device_train_batch_size": 2,
-        "gradient_accumulation_steps": 2,
-        "max_steps": 1,
-        "optim": "sgd",
-        "learning_rate": 1.0,
-        "lr_scheduler_type": "constant",
-        "max_grad_norm": 0.0,
-        "report_to": [],
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "seed": 7,
-        **TINY,
-        **overrides,
-    }
+    kwargs = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 2, **SGD_STEP, **overrides}
     model = load_policy(model_dir, noise_seed)
     trainer = cls(
         model,
         reward_funcs=known_reward,
-        args=MultiConvGRPOConfig(**kwargs),
+        args=cpu_config(tmp_path, **kwargs),
         train_dataset=dataset if dataset is not None else make_dataset(),
         processing_class=AutoTokenizer.from_pretrained(model_dir),
     )
@@ -251,7 +231,7 @@ def test_two_optimizer_steps_per_generation_are_exact_token_means(tiny_model_dir
 
 
 def test_config_rejects_options_that_break_with_several_rows_per_rollout(tmp_path):
-    base = {"output_dir": str(tmp_path), "use_cpu": True, "bf16": False, "num_generations": 2, **TINY}
+    base = {"output_dir": str(tmp_path), **CPU_TINY}
     cases = {
         "loss_type": ("grpo", "every conversation"),
         "importance_sampling_level": ("sequence", "per conversation"),
@@ -346,23 +326,15 @@ def test_full_finetuning_trains_saves_and_resumes(tiny_model_dir, tmp_path):
 def test_lora_with_kl_and_evaluation(tiny_model_dir, tmp_path):
     from peft import LoraConfig
 
-    args = MultiConvGRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        num_generations=2,
+    args = cpu_config(
+        tmp_path,
         per_device_train_batch_size=2,
         gradient_accumulation_steps=2,
         per_device_eval_batch_size=2,
         max_steps=2,
         learning_rate=1e-2,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
         eval_strategy="steps",
         eval_steps=2,
-        **TINY,
     )
     # init_lora_weights=False: B is random, so the policy starts away from the adapter-free reference and the
     # KL term is non-zero from the first step.

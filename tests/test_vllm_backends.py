@@ -11,10 +11,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from configs import cpu_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_memagent.backends import TransformersBackend
-from trl_memagent.config import MultiConvGRPOConfig
 from trl_memagent.rollout import MemoryAgent, MemoryAgentConfig
 from trl_memagent.tiny import filler_text
 from trl_memagent.trainer import MultiConvGRPOTrainer
@@ -149,22 +149,8 @@ class StandInVLLMGeneration:
 def test_trainer_server_path_syncs_weights_and_corrects_with_sampling_logprobs(tiny_model_dir, tmp_path):
     from datasets import Dataset
 
-    args = MultiConvGRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        num_generations=2,
-        per_device_train_batch_size=2,
-        gradient_accumulation_steps=1,
-        max_steps=2,
-        learning_rate=1e-3,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        chunk_tokens=32,
-        memory_tokens=8,
-        max_completion_length=8,
+    args = cpu_config(
+        tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=1, max_steps=2, learning_rate=1e-3
     )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     trainer = MultiConvGRPOTrainer(
