@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,7 +26,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reduced", action="store_true", help="Run the CI-sized version.")
-    parser.add_argument("--output-dir", default="micro_repro_runs", help="Checkpoints and evaluation records.")
+    parser.add_argument(
+        "--output-dir",
+        default=os.path.join(tempfile.gettempdir(), "micro_repro"),
+        help="Checkpoints and evaluation records (default: micro_repro in the system's temporary directory).",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", help="RL seeds (default: the config's).")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads.")
     parser.add_argument(

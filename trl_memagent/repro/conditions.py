@@ -15,6 +15,7 @@ from datasets import Dataset
 
 from ..config import MultiConvGRPOConfig
 from ..rewards import memagent_reward
+from ..rollout import MemoryAgentConfig
 from ..trainer import MultiConvGRPOTrainer
 
 Condition = Literal["none", "multi_conv", "final_only"]
@@ -26,8 +27,9 @@ class FinalOnlyGRPOTrainer(MultiConvGRPOTrainer):
     """`MultiConvGRPOTrainer` that trains only the final-answer conversation of each rollout (condition c).
 
     Rollouts, rewards and group advantages are those of the parent; the memory-update rows are dropped before
-    the micro-batches are built, so they carry neither policy-gradient nor KL loss nor normalizer weight. Each
-    optimizer step is then a token mean over the final answers alone.
+    the micro-batches are built (the trainer's `_micro_batches(rows, row_advantages, mode)` seam), so they carry
+    neither policy-gradient nor KL loss nor normalizer weight. Each optimizer step is then a token mean over the
+    final answers alone. `tests/test_micro_repro.py` checks that exactly the final answers are trained.
     """
 
     def _micro_batches(self, rows, row_advantages, mode):
@@ -42,11 +44,14 @@ class FinalOnlyGRPOTrainer(MultiConvGRPOTrainer):
 class RLConfig:
     """The RL budget shared by both RL conditions (same steps, batch, rollouts and seeds)."""
 
-    max_steps: int = field(default=60, metadata={"help": "Optimizer steps (one generation batch each)."})
+    max_steps: int = field(default=40, metadata={"help": "Optimizer steps (one generation batch each)."})
     questions_per_step: int = field(default=8, metadata={"help": "Distinct questions per generation batch."})
     num_generations: int = field(default=8, metadata={"help": "Rollouts per question (the GRPO group size G)."})
     micro_batches: int = field(default=4, metadata={"help": "Gradient-accumulation micro-batches per step."})
-    learning_rate: float = field(default=3e-4, metadata={"help": "Constant AdamW learning rate."})
+    learning_rate: float = field(
+        default=2e-4,
+        metadata={"help": "Constant AdamW learning rate (at 5e-4 the final-only condition collapsed to 0 reward)."},
+    )
     beta: float = field(default=0.0, metadata={"help": "KL coefficient against the warm-start (paper: 1e-3)."})
     temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature (paper: 1.0)."})
     num_questions: int = field(default=2048, metadata={"help": "Size of the RL question pool."})
@@ -59,9 +64,7 @@ class RLConfig:
             )
 
 
-def grpo_config(
-    config: RLConfig, output_dir: str, seed: int, chunk_tokens: int, memory_tokens: int, answer_tokens: int
-):
+def grpo_config(config: RLConfig, output_dir: str, seed: int, agent: MemoryAgentConfig) -> MultiConvGRPOConfig:
     """The `MultiConvGRPOConfig` of one RL run: paper defaults (DAPO token mean, r - mean, clip 0.2) on CPU."""
     rollouts = config.questions_per_step * config.num_generations
     return MultiConvGRPOConfig(
@@ -69,9 +72,9 @@ def grpo_config(
         use_cpu=True,
         bf16=False,
         gradient_checkpointing=False,
-        chunk_tokens=chunk_tokens,
-        memory_tokens=memory_tokens,
-        max_completion_length=answer_tokens,
+        chunk_tokens=agent.chunk_tokens,
+        memory_tokens=agent.memory_tokens,
+        max_completion_length=agent.answer_tokens,
         num_generations=config.num_generations,
         per_device_train_batch_size=rollouts // config.micro_batches,
         gradient_accumulation_steps=config.micro_batches,
@@ -101,15 +104,13 @@ def train_rl(
     config: RLConfig,
     output_dir: str,
     seed: int,
-    chunk_tokens: int,
-    memory_tokens: int,
-    answer_tokens: int,
+    agent: MemoryAgentConfig,
 ):
     """Train `model` in place under `condition` ('multi_conv' or 'final_only'); returns the log history."""
     if condition not in RL_CONDITIONS:
         raise ValueError(f"condition must be one of {RL_CONDITIONS}, got {condition!r}")
     cls = MultiConvGRPOTrainer if condition == "multi_conv" else FinalOnlyGRPOTrainer
-    args = grpo_config(config, output_dir, seed, chunk_tokens, memory_tokens, answer_tokens)
+    args = grpo_config(config, output_dir, seed, agent)
     columns = ("prompt", "context", "answers")
     dataset = Dataset.from_list([{c: row[c] for c in columns} for row in train_rows])
     trainer = cls(model, reward_funcs=memagent_reward, args=args, train_dataset=dataset, processing_class=tokenizer)

@@ -1,9 +1,9 @@
 """Accuracy of one model at several document lengths, with the project's evaluation harness.
 
-Sampling follows the paper's final evaluation (T=0.7, top_p=0.95), seeded per group by the harness, so a
-rerun repeats the same samples. Accuracy is the strict training verifier (`strict_reward`: the last
-`\\boxed{}` equals the code) averaged over the samples of a length; the harness's own lenient metrics
-(`sub_em` would accept `\\boxed{4}` for the code 47) are kept in its files.
+Sampling defaults to the paper's final evaluation (T=0.7, top_p=0.95) and is seeded per group by the harness,
+so a rerun repeats the same samples. Accuracy is the strict training verifier (`strict_reward`: the last
+`\\boxed{}` equals the code) averaged over the samples of a length, i.e. the mean reward; the harness's own
+lenient metrics (`sub_em`, which accepts any answer contained in the gold or containing it) stay in its files.
 """
 
 from __future__ import annotations

@@ -19,17 +19,20 @@ def _cell(stats: dict) -> str:
 
 
 def markdown_table(results: dict) -> str:
-    """Accuracy and memory retention per condition and length (mean ± std over RL seeds)."""
+    """Accuracy and memory retention per sampling, condition and length (mean ± std over RL seeds)."""
     lengths = results["lengths"]
     train = lengths[0]
     header = " | ".join(f"{n} chunks ({n // train}x)" for n in lengths)
     lines = []
-    for metric, title in (("accuracy", "Accuracy (%)"), ("memory_kept", "Final memory = the target fact (%)")):
-        lines += [f"**{title}**", "", f"| condition | {header} |", "|---" * (len(lengths) + 1) + "|"]
-        for condition, by_length in results["table"].items():
-            cells = " | ".join(_cell(by_length[str(n)][metric]) for n in lengths)
-            lines.append(f"| {LABELS[condition]} | {cells} |")
-        lines.append("")
+    titles = {"accuracy": "accuracy (%)", "memory_kept": "final memory holds the code (%)"}
+    for sampling, by_condition in results["table"].items():
+        for metric, title in titles.items():
+            lines += [f"**{title}, sampling {sampling}**", ""]
+            lines += [f"| condition | {header} |", "|---" * (len(lengths) + 1) + "|"]
+            for condition, by_length in by_condition.items():
+                cells = " | ".join(_cell(by_length[str(n)][metric]) for n in lengths)
+                lines.append(f"| {LABELS[condition]} | {cells} |")
+            lines.append("")
     seeds = results["config"]["seeds"]
     lines.append(
         f"RL conditions: mean ± standard deviation over seeds {list(seeds)}; "
@@ -64,14 +67,24 @@ def plot(results: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     lengths = results["lengths"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    samplings = list(results["table"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
     colors = {"none": "tab:gray", "multi_conv": "tab:blue", "final_only": "tab:orange"}
-    for condition, by_length in results["table"].items():
-        means = [by_length[str(n)]["accuracy"]["mean"] for n in lengths]
-        stds = [by_length[str(n)]["accuracy"]["std"] for n in lengths]
-        left.errorbar(
-            lengths, means, yerr=stds, marker="o", capsize=3, color=colors[condition], label=LABELS[condition]
-        )
+    for index, sampling in enumerate(samplings):
+        for condition, by_length in results["table"][sampling].items():
+            means = [by_length[str(n)]["accuracy"]["mean"] for n in lengths]
+            stds = [by_length[str(n)]["accuracy"]["std"] for n in lengths]
+            left.errorbar(
+                lengths,
+                means,
+                yerr=stds,
+                marker="o",
+                capsize=3,
+                color=colors[condition],
+                linestyle="-" if index == 0 else "--",
+                alpha=1.0 if index == 0 else 0.6,
+                label=LABELS[condition] if index == 0 else None,
+            )
     left.set_xscale("log", base=2)
     left.set_xticks(lengths, [f"{n}\n({n // lengths[0]}x)" for n in lengths])
     left.set_xlabel("document length (chunks)")
@@ -79,7 +92,8 @@ def plot(results: dict, path: str) -> None:
     left.set_ylim(-2, 102)
     left.grid(alpha=0.3)
     left.legend(fontsize=8, loc="lower left")
-    left.set_title("Accuracy vs length (trained at the first length)")
+    styles = "; ".join(f"{style}: {label}" for style, label in zip(("solid", "dashed"), samplings))
+    left.set_title(f"Accuracy vs length (trained at {lengths[0]} chunks)\n{styles}", fontsize=10)
     for condition, by_seed in results["reward_curves"].items():
         for index, curve in enumerate(by_seed.values()):
             right.plot(

@@ -10,7 +10,7 @@ documents hold more chunks after it.
 
 Distractors differ from the target by their attribute rather than by their key on purpose: telling two keys
 apart needs a token-comparison circuit that a 2-layer model trained for a few minutes on CPU does not learn
-(measured: the decision stays at chance after 800 SFT steps), while `code` vs `color` is learned with the
+(measured: the decision stays at chance after 650 SFT steps), while `code` vs `color` is learned with the
 rest of the task.
 
 Chunks are built at the pre-token level (a byte-level BPE never merges across pre-tokens), so the document

@@ -26,7 +26,7 @@ class TeacherConfig:
     """How the teacher writes memories."""
 
     forget_rate: float = field(
-        default=0.2,
+        default=0.3,
         metadata={"help": "Probability that the teacher drops the memory on a chunk without the target fact."},
     )
     overwrite_rate: float = field(
