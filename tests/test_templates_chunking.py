@@ -14,7 +14,6 @@ from trl_memagent.templates import (
     INITIAL_MEMORY,
     MEMORY_TEMPLATE,
     PromptBuilder,
-    render_template,
 )
 from trl_memagent.tiny import filler_text
 
@@ -28,7 +27,7 @@ def test_prompt_strings_match_the_reference():
     assert MEMORY_TEMPLATE.startswith("You are presented with a problem, a section of an article")
     assert "<problem> \n{prompt}\n</problem>" in MEMORY_TEMPLATE
     assert MEMORY_TEMPLATE.endswith("</section>\n\nUpdated memory:\n")
-    assert "put the answer in \\boxed{}." in render_template(FINAL_TEMPLATE_BOXED, prompt="q", memory="m")
+    assert "put the answer in \\boxed{}." in FINAL_TEMPLATE_BOXED.format(prompt="q", memory="m")
     assert FINAL_TEMPLATE_PLAIN.count('"Therefore, the answer is (insert answer here)".') == 1
     assert FINAL_TEMPLATE_BOXED.endswith("</memory>\n\nYour answer:\n")
     assert INITIAL_MEMORY == "No previous memory"

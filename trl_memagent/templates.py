@@ -60,11 +60,6 @@ FinalPrompt = Literal["boxed", "plain"]
 _SENTINELS = {"prompt": "\x00PROMPT\x00", "memory": "\x00MEMORY\x00", "chunk": "\x00CHUNK\x00"}
 
 
-def render_template(template: str, **fields: str) -> str:
-    """The template's text with its placeholders filled (what decoding an assembled prompt gives)."""
-    return template.format(**fields)
-
-
 @dataclass(frozen=True)
 class _TokenTemplate:
     """A chat-wrapped template split at its placeholders: literal id segments and field names, in order."""
@@ -76,10 +71,6 @@ class _TokenTemplate:
         for part in self.parts:
             ids.extend(fields[part] if isinstance(part, str) else part)
         return ids
-
-    @property
-    def literal_length(self) -> int:
-        return sum(len(p) for p in self.parts if not isinstance(p, str))
 
 
 def _compile(tokenizer, template: str) -> _TokenTemplate:
@@ -111,15 +102,6 @@ class PromptBuilder:
         self._final = _compile(tokenizer, FINAL_TEMPLATE_BOXED if final_prompt == "boxed" else FINAL_TEMPLATE_PLAIN)
         self.initial_memory_ids: list[int] = tokenizer.encode(INITIAL_MEMORY, add_special_tokens=False)
         self._stop_ids = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None}
-
-    @property
-    def final_template(self) -> str:
-        return FINAL_TEMPLATE_BOXED if self.final_prompt == "boxed" else FINAL_TEMPLATE_PLAIN
-
-    @property
-    def memory_overhead(self) -> int:
-        """Template tokens of a memory-update prompt, beyond question, memory and chunk."""
-        return self._memory.literal_length
 
     def memory_prompt(self, question_ids: list[int], memory_ids: list[int], chunk_ids: list[int]) -> list[int]:
         return self._memory.build(prompt=question_ids, memory=memory_ids, chunk=chunk_ids)
